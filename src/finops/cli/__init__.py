@@ -1,0 +1,37 @@
+"""The `finops` command for people: offline validation, cost simulation, a local sandbox."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from finops.cli import simulate, validate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """One sub-command per module; each module registers its own arguments."""
+    parser = argparse.ArgumentParser(
+        prog="finops",
+        description="FinOps operator tools: check manifests offline and simulate what an "
+        "Offering will cost.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    validate.register(sub)
+    simulate.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the chosen sub-command and return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    status: int = args.run(args)
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

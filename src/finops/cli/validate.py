@@ -1,0 +1,19 @@
+"""`finops validate` (being built)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add the `validate` sub-command."""
+    p: argparse.ArgumentParser = sub.add_parser("validate", help="validate (not implemented yet)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Not built yet."""
+    print("finops validate: not implemented yet", file=sys.stderr)
+    return 2

@@ -1,0 +1,44 @@
+"""The operator binary: one image, one entry point, a mode per process."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+MODES = ("controller", "cronjob", "collectionjob")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of the reference manager; modes select which process this is."""
+    p = argparse.ArgumentParser(
+        prog="finops-operator",
+        description="FinOps operator: controller manager and the two one-shot job modes.",
+    )
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="controller",
+        help="controller (long-lived manager), cronjob (allocation collection) "
+        "or collectionjob (subscription charge collection)",
+    )
+XX
+    p.add_argument("--health-probe-bind-address", default=":8081", help="address the probe endpoint binds to")
+    p.add_argument("--leader-elect", action="store_true", help="elect a leader through a Lease before acting")
+    p.add_argument("--metrics-secure", action="store_true", help="serve metrics over HTTPS")
+    p.add_argument("--webhook-cert-path", default="", help="directory holding the webhook certificate")
+    p.add_argument("--webhook-cert-name", default="tls.crt", help="webhook certificate file name")
+    p.add_argument("--webhook-cert-key", default="tls.key", help="webhook key file name")
+    p.add_argument("--skipDBConnection", action="store_true", help="do not connect to PostgreSQL at start")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch to the selected mode; modes not built yet say so and exit 2."""
+    args = build_parser().parse_args(argv)
+    print(f"finops-operator: --mode={args.mode} is not implemented yet", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

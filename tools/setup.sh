@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set the project up on a fresh machine: OS packages, the virtualenv, the real control plane.
+#
+# Idempotent; safe to run again. Needs only the package registries (Debian, PyPI, Go proxy).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# PostgreSQL 15 server binaries (the tests start their own throw-away cluster).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    log "installing PostgreSQL server from Debian"
+    export DEBIAN_FRONTEND=noninteractive
+    # Keep the package from starting a system-wide server: the tests start their own.
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    apt-get update -qq
+    apt-get install -y -qq postgresql-15 >/dev/null
+    rm -f /usr/sbin/policy-rc.d
+  else
+    log "PostgreSQL server binaries missing: install Debian's postgresql-15 (needs root)"
+    exit 1
+  fi
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[dev]'
+
+log "building (or reusing) kube-apiserver and etcd"
+tools/build-control-plane.sh >/dev/null
+log "ready: .venv/bin/finops --help"
