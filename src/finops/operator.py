@@ -22,14 +22,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="controller (long-lived manager), cronjob (allocation collection) "
         "or collectionjob (subscription charge collection)",
     )
-XX
-    p.add_argument("--health-probe-bind-address", default=":8081", help="address the probe endpoint binds to")
-    p.add_argument("--leader-elect", action="store_true", help="elect a leader through a Lease before acting")
+    p.add_argument(
+        "--metrics-bind-address",
+        default="0",
+        help="address the metrics endpoint binds to ('0' disables it)",
+    )
+    p.add_argument(
+        "--health-probe-bind-address", default=":8081", help="address the probe endpoint binds to"
+    )
+    p.add_argument(
+        "--leader-elect", action="store_true", help="elect a leader through a Lease before acting"
+    )
     p.add_argument("--metrics-secure", action="store_true", help="serve metrics over HTTPS")
-    p.add_argument("--webhook-cert-path", default="", help="directory holding the webhook certificate")
+    p.add_argument(
+        "--webhook-cert-path", default="", help="directory holding the webhook certificate"
+    )
     p.add_argument("--webhook-cert-name", default="tls.crt", help="webhook certificate file name")
     p.add_argument("--webhook-cert-key", default="tls.key", help="webhook key file name")
-    p.add_argument("--skipDBConnection", action="store_true", help="do not connect to PostgreSQL at start")
+    p.add_argument(
+        "--skipDBConnection", action="store_true", help="do not connect to PostgreSQL at start"
+    )
     return p
 
 
