@@ -1,0 +1,1 @@
+"""Billing core: exact, pure arithmetic from clocks and measured usage to money."""
