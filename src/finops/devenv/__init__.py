@@ -1,0 +1,1 @@
+"""Local development services: throw-away PostgreSQL, control plane, OpenCost replay."""
