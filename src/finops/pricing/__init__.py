@@ -1,0 +1,1 @@
+"""Pricing decisions: which PriceBook is active and what OpenCost is told."""
