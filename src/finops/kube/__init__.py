@@ -1,0 +1,1 @@
+"""Everything that talks to the Kubernetes API lives in this package."""

@@ -1,0 +1,25 @@
+"""lightkube resource classes for our five kinds and the MTO `OpenCost` resource.
+
+Generic resources keep objects as plain dicts, which is what the pure core consumes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+
+GROUP = "finops.stakater.com"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+FinOpsProvider: Any = create_global_resource(GROUP, VERSION, "FinOpsProvider", "finopsproviders")
+PriceBook: Any = create_namespaced_resource(GROUP, VERSION, "PriceBook", "pricebooks")
+CostJob: Any = create_namespaced_resource(GROUP, VERSION, "CostJob", "costjobs")
+Offering: Any = create_namespaced_resource(GROUP, VERSION, "Offering", "offerings")
+Subscription: Any = create_namespaced_resource(GROUP, VERSION, "Subscription", "subscriptions")
+
+# Multi Tenant Operator's bundled OpenCost (patched by the FinOpsProvider reconciler in MTO mode).
+OpenCost: Any = create_namespaced_resource(
+    "dependencies.tenantoperator.stakater.com", "v1alpha1", "OpenCost", "opencosts"
+)
