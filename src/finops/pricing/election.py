@@ -68,3 +68,34 @@ def elect(books: Iterable[Candidate]) -> Candidate | None:
         if tier:
             return min(tier, key=_newest_first)
     return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RateSource:
+    """The book a collection run prices with, or why there is none."""
+
+    book: Mapping[str, Any] | None
+    problem: str = ""
+
+
+def rate_source(books: Iterable[Mapping[str, Any]]) -> RateSource:
+    """The cluster's active, `currency` PriceBook (DESIGN §2.3), as marked by the controller.
+
+    Only books whose `status.active` is true count (if a transition left several marked, the
+    election rules pick among them). A `percent` book or one the controller found unready is
+    refused with a message saying so, rather than pricing usage from some other book.
+    """
+    marked = [b for b in books if (b.get("status") or {}).get("active") is True]
+    if not marked:
+        return RateSource(None, "no PriceBook is active in the cluster (status.active=true)")
+    by_key = {Candidate.from_object(b).key: b for b in marked}
+    winner = elect(Candidate.from_object(b) for b in marked)
+    assert winner is not None
+    book = by_key[winner.key]
+    where = f"PriceBook {winner.namespace}/{winner.name}"
+    mode = (book.get("spec") or {}).get("valuationMode")
+    if mode != "currency":
+        return RateSource(None, f"active {where} has valuationMode {mode!r}, not 'currency'")
+    if str((book.get("status") or {}).get("ready", "")) == "False":
+        return RateSource(None, f"active {where} is not ready (see its Ready condition)")
+    return RateSource(book)

@@ -69,3 +69,44 @@ def test_candidate_reads_annotation_status_and_timestamp_from_the_object() -> No
 def test_annotation_must_be_exactly_the_string_true() -> None:
     obj = {"metadata": {"name": "x", "annotations": {"finops.stakater.com/active": "True"}}}
     assert not election.Candidate.from_object(obj).annotated
+
+
+def pricebook(
+    name: str, *, active: bool, mode: str = "currency", ready: str = "True", minute: int = 0
+) -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "finops",
+            "creationTimestamp": f"2026-01-01T00:{minute:02d}:00Z",
+        },
+        "spec": {"currency": "USD", "valuationMode": mode, "rates": {"cpuHour": "0.031"}},
+        "status": {"active": active, "ready": ready},
+    }
+
+
+def test_rate_source_is_the_book_the_controller_marked_active() -> None:
+    src = election.rate_source([pricebook("a", active=False), pricebook("b", active=True)])
+    assert src.book is not None and src.book["metadata"]["name"] == "b"  # type: ignore[index]
+
+
+def test_rate_source_without_an_active_book_says_so() -> None:
+    src = election.rate_source([pricebook("a", active=False)])
+    assert src.book is None and "no PriceBook is active" in src.problem
+
+
+def test_rate_source_refuses_a_percent_book() -> None:
+    src = election.rate_source([pricebook("p", active=True, mode="percent")])
+    assert src.book is None and "valuationMode 'percent'" in src.problem
+
+
+def test_rate_source_refuses_an_unready_active_book() -> None:
+    src = election.rate_source([pricebook("bad", active=True, ready="False")])
+    assert src.book is None and "finops/bad is not ready" in src.problem
+
+
+def test_two_marked_books_resolve_by_the_election_rules() -> None:
+    src = election.rate_source(
+        [pricebook("old", active=True, minute=1), pricebook("new", active=True, minute=2)]
+    )
+    assert src.book is not None and src.book["metadata"]["name"] == "new"  # type: ignore[index]
