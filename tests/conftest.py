@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.kube"]
+pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.kube", "tests.fixtures.opencost"]
 
 _TIERS = ("unit", "db", "kube", "e2e")
 

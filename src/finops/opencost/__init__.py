@@ -1,0 +1,1 @@
+"""OpenCost edge: the only code that talks HTTP to OpenCost's allocation API."""
