@@ -1,0 +1,164 @@
+"""The three `Subscription.status.costs` buckets, `hour`, `day` and `month`.
+
+All three are anchored at the collection run's scheduled hour `H` (not at wall clock), so every
+run inside one hour builds the same windows: `[H, H+1h)`, the UTC day holding `H`, and the UTC
+calendar month holding `H`. In each bucket:
+
+- `current` is what has settled: the fee for `[start, H)` (so the `hour` bucket's fee part is
+  always zero) plus the usage charges of the window's hours up to and including `H`;
+- `projected` is the fee alone over the whole window, after the deactivation clamp;
+- `breakdown` splits both by meter; zero fields and all-zero entries are omitted.
+
+An Offering without a fee still gets buckets carrying its usage (we go beyond the reference
+there, DESIGN §2.6).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from finops.billing import fees, money, ticks, usage
+
+
+class Granularity(enum.StrEnum):
+    """A bucket's span, as `status.costs[].granularity` names it."""
+
+    HOUR = "hour"
+    DAY = "day"
+    MONTH = "month"
+
+
+class SettledCharge(Protocol):
+    """A usage charge row as read back from the ledger or computed by `usage.usage_charges`."""
+
+    @property
+    def hour(self) -> dt.datetime: ...
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def amount_micros(self) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Charge:
+    """A plain settled usage charge (hour, meter name, micros), e.g. a ledger row."""
+
+    hour: dt.datetime
+    source: str
+    amount_micros: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MeterCost:
+    """One `breakdown` entry."""
+
+    name: str
+    current: int = 0
+    projected: int = 0
+
+    def to_status(self) -> dict[str, Any]:
+        """The API shape, zero fields omitted."""
+        body: dict[str, Any] = {"name": self.name}
+        if self.current:
+            body["current"] = self.current
+        if self.projected:
+            body["projected"] = self.projected
+        return body
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CostBucket:
+    """One `status.costs` entry."""
+
+    granularity: Granularity
+    start: dt.datetime
+    end_exclusive: dt.datetime
+    current: int = 0
+    projected: int = 0
+    breakdown: tuple[MeterCost, ...] = ()
+
+    def to_status(self) -> dict[str, Any]:
+        """The API shape: `current`, `projected` and `breakdown` omitted when zero/empty."""
+        body: dict[str, Any] = {
+            "granularity": self.granularity.value,
+            "start": ticks.rfc3339(self.start),
+            "endExclusive": ticks.rfc3339(self.end_exclusive),
+        }
+        if self.current:
+            body["current"] = self.current
+        if self.projected:
+            body["projected"] = self.projected
+        if self.breakdown:
+            body["breakdown"] = [entry.to_status() for entry in self.breakdown]
+        return body
+
+
+def windows(scheduled_at: dt.datetime) -> list[tuple[Granularity, dt.datetime, dt.datetime]]:
+    """The three half-open windows for a run scheduled at `scheduled_at` (truncated to the hour)."""
+    anchor = ticks.floor_hour(scheduled_at)
+    day = ticks.floor_day(anchor)
+    month = ticks.month_index(anchor)
+    return [
+        (Granularity.HOUR, anchor, anchor + ticks.HOUR),
+        (Granularity.DAY, day, day + ticks.DAY),
+        (Granularity.MONTH, ticks.month_start(month), ticks.month_start(month + 1)),
+    ]
+
+
+def build(
+    scheduled_at: dt.datetime,
+    fee: fees.FeeSchedule | None,
+    usage_charges: Iterable[SettledCharge] = (),
+) -> list[CostBucket]:
+    """The three buckets of one Subscription for the run scheduled at `scheduled_at`.
+
+    `fee` is None for an Offering without `subscriptionFee`. `usage_charges` are usage rows
+    only: fee figures always come from `fee`, which equals the sum of the hourly fee rows.
+    """
+    anchor = ticks.floor_hour(scheduled_at)
+    charges = list(usage_charges)
+    for charge in charges:
+        if charge.source == usage.Meter.SUBSCRIPTION:
+            raise ValueError("pass usage charges only; the fee is computed from the FeeSchedule")
+    order = {meter.value: i for i, meter in enumerate(usage.USAGE_METERS)}
+    buckets: list[CostBucket] = []
+    for granularity, start, end in windows(anchor):
+        breakdown: list[MeterCost] = []
+        fee_current = fee_projected = 0
+        if fee is not None:
+            fee_current = fee.fee(start, min(anchor, end))
+            fee_projected = fee.fee(start, end)
+            if fee_current or fee_projected:
+                breakdown.append(
+                    MeterCost(usage.Meter.SUBSCRIPTION.value, fee_current, fee_projected)
+                )
+        per_meter: dict[str, int] = {}
+        for charge in charges:
+            hour = ticks.utc(charge.hour)
+            if start <= hour < end and hour <= anchor:
+                per_meter[charge.source] = per_meter.get(charge.source, 0) + charge.amount_micros
+        for name in sorted(per_meter, key=lambda n: (order.get(n, len(order)), n)):
+            if per_meter[name]:
+                breakdown.append(MeterCost(name, current=per_meter[name]))
+        buckets.append(
+            CostBucket(
+                granularity=granularity,
+                start=start,
+                end_exclusive=end,
+                current=money.Micros(fee_current + sum(per_meter.values())),
+                projected=fee_projected,
+                breakdown=tuple(breakdown),
+            )
+        )
+    return buckets
+
+
+def to_status(buckets: Iterable[CostBucket]) -> list[dict[str, Any]]:
+    """`status.costs` as written to the Subscription."""
+    return [bucket.to_status() for bucket in buckets]

@@ -1,0 +1,87 @@
+"""Which allocation rows a Subscription's `spec.usageSources` select.
+
+Fields inside one entry narrow each other (AND); entries widen the selection (OR). A
+`namespace` alone is the broad form. `resourceType: Pod` switches `name` to the pod name and
+adds no filter of its own, so `resourceType: Pod` with only a namespace selects the whole
+namespace. Any other `resourceType` must equal the row's controller kind (OpenCost writes it
+lower-case, e.g. `deployment`), and `name` is then the controller name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from finops.billing import allocation
+
+
+class ResourceType(enum.StrEnum):
+    """The kinds a usage source may name (the API's enum)."""
+
+    DEPLOYMENT = "Deployment"
+    STATEFUL_SET = "StatefulSet"
+    POD = "Pod"
+    DAEMON_SET = "DaemonSet"
+    JOB = "Job"
+    CRON_JOB = "CronJob"
+    REPLICA_SET = "ReplicaSet"
+
+
+def _text(entry: Mapping[str, Any], key: str) -> str:
+    value = entry.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"usageSources[].{key} must be a string, got {value!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UsageSource:
+    """One `usageSources` entry; an empty string means the field is not set."""
+
+    resource_type: str = ""
+    name: str = ""
+    namespace: str = ""
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any]) -> UsageSource:
+        """Build from one raw entry of a Subscription's `spec.usageSources`."""
+        return cls(_text(entry, "resourceType"), _text(entry, "name"), _text(entry, "namespace"))
+
+    def is_empty(self) -> bool:
+        """An entry with no field set; admission refuses it, and here it selects nothing
+        rather than every row in the cluster."""
+        return not (self.resource_type or self.name or self.namespace)
+
+    def matches(self, row: allocation.AllocationRow) -> bool:
+        """True when every field this entry sets agrees with the row."""
+        if self.is_empty():
+            return False
+        if self.namespace and row.namespace != self.namespace:
+            return False
+        if self.resource_type == ResourceType.POD:
+            return not self.name or row.pod == self.name
+        if self.resource_type and row.controller_kind.lower() != self.resource_type.lower():
+            return False
+        return not self.name or row.controller_name == self.name
+
+
+def from_subscription_spec(spec: Mapping[str, Any]) -> tuple[UsageSource, ...]:
+    """The usage sources of a Subscription's `spec` (none when the field is absent)."""
+    entries: Sequence[Mapping[str, Any]] = spec.get("usageSources") or ()
+    return tuple(UsageSource.from_dict(entry) for entry in entries)
+
+
+def matches_any(sources: Iterable[UsageSource], row: allocation.AllocationRow) -> bool:
+    """True when at least one entry selects the row (entries add, OR)."""
+    return any(source.matches(row) for source in sources)
+
+
+def select(
+    sources: Sequence[UsageSource], rows: Iterable[allocation.AllocationRow]
+) -> list[allocation.AllocationRow]:
+    """The rows the sources select, each once however many entries match it, in input order."""
+    return [row for row in rows if matches_any(sources, row)]

@@ -1,0 +1,209 @@
+"""Tick boundaries: where a Subscription's billing periods end, for each `tickAlignment`.
+
+A tick boundary closes one billing period. `TickClock.count(t)` is the number of boundaries
+in `(activatedAt, t]`: a boundary at the activation instant is never counted and one exactly at
+`t` is, which is what lets hourly windows partition a Subscription's life without counting a
+boundary twice. Every function here is a pure function of its arguments (no clock reads), and
+all arithmetic is on integers or `timedelta`, so the same inputs always give the same count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import re
+
+UTC = dt.UTC
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+HOUR = dt.timedelta(hours=1)
+DAY = dt.timedelta(days=1)
+# The fixed month used as the MonthBoundary proration denominator: 365.25 / 12 days.
+FIXED_MONTH_SECONDS = 2_629_800
+
+_ACTIVATED_AT_PERIOD = re.compile(r"^([0-9]+)([hms])$")
+_BOUNDARY_PERIOD = re.compile(r"^([0-9]+)$")
+_UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
+
+PERIOD_MISMATCH_MESSAGE = (
+    "period must be a Go duration (e.g. '1h') for ActivatedAt alignment, "
+    "or a plain integer for boundary alignments"
+)
+
+
+class TickAlignment(enum.StrEnum):
+    """The grid tick boundaries sit on (`spec.pricing.subscriptionFee.tickAlignment`)."""
+
+    ACTIVATED_AT = "ActivatedAt"
+    HOUR_BOUNDARY = "HourBoundary"
+    DAY_BOUNDARY = "DayBoundary"
+    MONTH_BOUNDARY = "MonthBoundary"
+
+
+class PeriodError(ValueError):
+    """A `period` that does not fit its `tickAlignment`, or that is zero."""
+
+
+def utc(t: dt.datetime) -> dt.datetime:
+    """The same instant in UTC; a naive datetime is refused rather than guessed at."""
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise ValueError(f"datetime {t.isoformat()} has no timezone; billing needs aware UTC")
+    return t.astimezone(UTC)
+
+
+def floor_hour(t: dt.datetime) -> dt.datetime:
+    """Start of the UTC hour containing `t`."""
+    return utc(t).replace(minute=0, second=0, microsecond=0)
+
+
+def floor_day(t: dt.datetime) -> dt.datetime:
+    """Midnight UTC starting the day containing `t`."""
+    return utc(t).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def month_index(t: dt.datetime) -> int:
+    """Months since year 0 of the UTC month containing `t` (for month arithmetic on ints)."""
+    u = utc(t)
+    return u.year * 12 + (u.month - 1)
+
+
+def month_start(index: int) -> dt.datetime:
+    """The 1st at 00:00 UTC of the month with `month_index` `index`."""
+    year, month0 = divmod(index, 12)
+    return dt.datetime(year, month0 + 1, 1, tzinfo=UTC)
+
+
+def floor_month(t: dt.datetime) -> dt.datetime:
+    """The 1st at 00:00 UTC of the month containing `t`."""
+    return month_start(month_index(t))
+
+
+def is_whole_hour(t: dt.datetime) -> bool:
+    """True when `t` is exactly the start of a UTC hour."""
+    return floor_hour(t) == utc(t)
+
+
+def rfc3339(t: dt.datetime) -> str:
+    """`t` as the API writes times: RFC 3339, UTC, whole seconds, `Z` suffix."""
+    return utc(t).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_period(alignment: TickAlignment, period: str) -> int:
+    """The period as an integer: seconds for `ActivatedAt`, else hours, days or months.
+
+    Mirrors the CRD rule: `ActivatedAt` takes `^[0-9]+[hms]$` (`1h`, `90m`, `3600s`; not
+    `1h30m`), the boundary alignments a plain integer. Zero is refused: it has no boundaries.
+    """
+    if alignment is TickAlignment.ACTIVATED_AT:
+        match = _ACTIVATED_AT_PERIOD.match(period)
+        if match is None:
+            raise PeriodError(f"{PERIOD_MISMATCH_MESSAGE}: got {period!r} for {alignment}")
+        amount = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        match = _BOUNDARY_PERIOD.match(period)
+        if match is None:
+            raise PeriodError(f"{PERIOD_MISMATCH_MESSAGE}: got {period!r} for {alignment}")
+        amount = int(match.group(1))
+    if amount == 0:
+        raise PeriodError(f"period {period!r} is zero; a tick needs a positive length")
+    return amount
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TickClock:
+    """The boundaries of one Subscription: its alignment, its period and its `activatedAt`.
+
+    `amount` is the parsed period (see `parse_period`). Boundaries are numbered from 1; the
+    first is the earliest boundary strictly after `activated_at`.
+    """
+
+    alignment: TickAlignment
+    amount: int
+    activated_at: dt.datetime
+
+    def __post_init__(self) -> None:
+        # Normalise once so the hot counting methods can compare with `is` and skip checks.
+        object.__setattr__(self, "alignment", TickAlignment(self.alignment))
+        object.__setattr__(self, "activated_at", utc(self.activated_at))
+        if self.amount < 1:
+            raise PeriodError(f"period amount must be >= 1, got {self.amount}")
+
+    @classmethod
+    def create(cls, alignment: str, period: str, activated_at: dt.datetime) -> TickClock:
+        """Build a clock from the raw API strings, refusing a period that does not fit."""
+        try:
+            kind = TickAlignment(alignment)
+        except ValueError:
+            allowed = ", ".join(a.value for a in TickAlignment)
+            raise PeriodError(f"tickAlignment {alignment!r} is not one of: {allowed}") from None
+        return cls(kind, parse_period(kind, period), utc(activated_at))
+
+    @property
+    def _step(self) -> dt.timedelta:
+        if self.alignment is TickAlignment.ACTIVATED_AT:
+            return dt.timedelta(seconds=self.amount)
+        if self.alignment is TickAlignment.HOUR_BOUNDARY:
+            return HOUR * self.amount
+        if self.alignment is TickAlignment.DAY_BOUNDARY:
+            return DAY * self.amount
+        raise AssertionError("months have no fixed step")  # pragma: no cover
+
+    @property
+    def _first_midnight(self) -> dt.datetime:
+        return floor_day(self.activated_at) + DAY
+
+    def count(self, t: dt.datetime) -> int:
+        """`ticks(t)`: the number of boundaries in `(activated_at, t]`."""
+        t = utc(t)
+        a = self.activated_at
+        if t <= a:
+            return 0
+        if self.alignment is TickAlignment.ACTIVATED_AT:
+            return (t - a) // self._step
+        if self.alignment is TickAlignment.HOUR_BOUNDARY:
+            # A cluster-wide grid counted from the Unix epoch (midnight UTC).
+            return (t - EPOCH) // self._step - (a - EPOCH) // self._step
+        if self.alignment is TickAlignment.DAY_BOUNDARY:
+            first = self._first_midnight
+            return 0 if t < first else (t - first) // self._step + 1
+        return max(0, (month_index(t) - month_index(a)) // self.amount)
+
+    def boundary(self, n: int) -> dt.datetime:
+        """The `n`-th boundary after activation (`n` >= 1)."""
+        if n < 1:
+            raise ValueError(f"boundaries are numbered from 1, got {n}")
+        a = self.activated_at
+        if self.alignment is TickAlignment.ACTIVATED_AT:
+            return a + self._step * n
+        if self.alignment is TickAlignment.HOUR_BOUNDARY:
+            return EPOCH + self._step * ((a - EPOCH) // self._step + n)
+        if self.alignment is TickAlignment.DAY_BOUNDARY:
+            return self._first_midnight + self._step * (n - 1)
+        return month_start(month_index(a) + n * self.amount)
+
+    def first_boundary(self) -> dt.datetime:
+        """The boundary that closes the opening tick."""
+        return self.boundary(1)
+
+    def snap(self, t: dt.datetime) -> dt.datetime:
+        """The first boundary at or after `t` (a boundary itself is not moved).
+
+        Used for deactivation: the final tick is always charged in full. An instant at or
+        before activation snaps to the first boundary.
+        """
+        n = self.count(t)
+        if n >= 1 and self.boundary(n) == utc(t):
+            return utc(t)
+        return self.boundary(n + 1)
+
+    def nominal_period_seconds(self) -> int:
+        """The full-period denominator of opening-tick proration, in seconds."""
+        if self.alignment is TickAlignment.MONTH_BOUNDARY:
+            return self.amount * FIXED_MONTH_SECONDS
+        return self._step // dt.timedelta(seconds=1)
+
+    def opening_seconds(self) -> int:
+        """Whole seconds from activation to the first boundary; sub-seconds of
+        `activated_at` are discarded, as the billing model specifies."""
+        start = self.activated_at.replace(microsecond=0)
+        return (self.first_boundary() - start) // dt.timedelta(seconds=1)
