@@ -1,0 +1,307 @@
+"""`provider_allocations` and `pricebooks`: what the allocation job writes, the charge job reads.
+
+Every function takes a `psycopg.Connection`, joins the caller's transaction and never
+commits, so a job decides what commits together.
+
+Finalized rows are settled history: an upsert never changes a row that is already
+finalized, and finalization never goes backwards. Ingestion is one `COPY` into a session
+temp table plus one `INSERT … ON CONFLICT DO UPDATE`; a conflicting row is only rewritten
+when its values differ, so replaying a batch leaves the table as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import operator
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.types.json import Jsonb
+
+from finops.billing import allocation
+
+RATE_COLUMNS: dict[str, str] = {
+    "cpuHour": "cpu_hour_micros",
+    "spotCPUHour": "spot_cpu_hour_micros",
+    "ramGbHour": "ram_gb_hour_micros",
+    "spotRAMGbHour": "spot_ram_gb_hour_micros",
+    "pvGbHour": "pv_gb_hour_micros",
+    "gpuHour": "gpu_hour_micros",
+    "networkGiB": "network_gib_micros",
+}
+"""PriceBook rate field (as in `spec.rates`) → `pricebooks` column holding it in micros."""
+
+# AllocationRow field → column, in table order. `start`/`end` are renamed (`end` is reserved).
+_ROW_COLUMNS: dict[str, str] = {
+    f.name: {"start": "start_time", "end": "end_time"}.get(f.name, f.name)
+    for f in dataclasses.fields(allocation.AllocationRow)
+}
+_KEY = ("cluster", "hour", "namespace", "name", "aggregation")
+_STAGING = "finops_allocation_staging"
+
+
+@dataclasses.dataclass(frozen=True)
+class PriceBookRecord:
+    """One immutable `pricebooks` row: rates in micros keyed by their `spec.rates` name."""
+
+    id: int
+    cluster: str
+    book_namespace: str
+    book_name: str
+    book_uid: str
+    currency: str
+    rates: Mapping[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredAllocation:
+    """An allocation row as stored, with the pricing stamp and finalization state."""
+
+    row: allocation.AllocationRow
+    pricebook_id: int
+    currency: str
+    is_finalized: bool
+
+
+def rates_digest(currency: str, rates: Mapping[str, int]) -> str:
+    """The rates version: one digest of the currency and every rate (unset counts as 0)."""
+    canonical = {"currency": currency, **{k: int(rates.get(k, 0)) for k in RATE_COLUMNS}}
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
+
+
+def ensure_pricebook(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    namespace: str,
+    name: str,
+    uid: str,
+    currency: str,
+    rates: Mapping[str, int],
+    generation: int = 0,
+) -> int:
+    """Id of the row for this book and these rates, inserting it the first time it is seen.
+
+    Rows are never updated: a changed rate makes a new row, so allocations collected before
+    the change keep pointing at the prices they were collected with.
+    """
+    unknown = set(rates) - set(RATE_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown PriceBook rates: {sorted(unknown)}")
+    for key, value in rates.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"rate {key!r} must be a non-negative integer of micros")
+    digest = rates_digest(currency, rates)
+    columns = ", ".join(RATE_COLUMNS.values())
+    values = [int(rates.get(k, 0)) for k in RATE_COLUMNS]
+    inserted = conn.execute(
+        f"""
+        INSERT INTO pricebooks (cluster, book_namespace, book_name, book_uid, rates_digest,
+                                book_generation, currency, {columns})
+        VALUES (%s, %s, %s, %s, %s, %s, %s, {", ".join(["%s"] * len(values))})
+        ON CONFLICT (cluster, book_namespace, book_name, book_uid, rates_digest) DO NOTHING
+        RETURNING id
+        """.encode(),
+        (cluster, namespace, name, uid, digest, generation, currency, *values),
+    ).fetchone()
+    if inserted is not None:
+        return int(inserted[0])
+    existing = conn.execute(
+        """
+        SELECT id FROM pricebooks
+        WHERE cluster = %s AND book_namespace = %s AND book_name = %s AND book_uid = %s
+          AND rates_digest = %s
+        """,
+        (cluster, namespace, name, uid, digest),
+    ).fetchone()
+    if existing is None:  # pragma: no cover - the conflict guarantees the row exists
+        raise RuntimeError("pricebook row vanished between insert and select")
+    return int(existing[0])
+
+
+def pricebooks(conn: psycopg.Connection[Any], ids: Collection[int]) -> dict[int, PriceBookRecord]:
+    """The `pricebooks` rows with these ids (unknown ids are simply absent)."""
+    columns = ", ".join(RATE_COLUMNS.values())
+    rows = conn.execute(
+        f"""
+        SELECT id, cluster, book_namespace, book_name, book_uid, currency, {columns}
+        FROM pricebooks WHERE id = ANY(%s)
+        """.encode(),
+        (list(ids),),
+    ).fetchall()
+    result: dict[int, PriceBookRecord] = {}
+    for row in rows:
+        rates = dict(zip(RATE_COLUMNS, (int(v) for v in row[6:]), strict=True))
+        result[int(row[0])] = PriceBookRecord(
+            int(row[0]), row[1], row[2], row[3], row[4], row[5], rates
+        )
+    return result
+
+
+def _require_aware(value: dt.datetime, what: str) -> None:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} must be timezone-aware, got {value!r}")
+
+
+def ingest(
+    conn: psycopg.Connection[Any],
+    rows: Iterable[allocation.AllocationRow],
+    *,
+    pricebook_id: int,
+    currency: str,
+    finalized: bool,
+) -> int:
+    """Upsert allocation rows stamped with one PriceBook row; return how many rows changed.
+
+    Rows sharing a key within the batch collapse to the last one. A row already finalized
+    in the table is left untouched; otherwise the stored row takes the new values and the
+    given `finalized` flag. One `COPY` and one `INSERT … ON CONFLICT` per call.
+    """
+    batch: dict[tuple[str, dt.datetime, str, str, str], allocation.AllocationRow] = {}
+    for row in rows:
+        _require_aware(row.hour, "AllocationRow.hour")
+        _require_aware(row.start, "AllocationRow.start")
+        _require_aware(row.end, "AllocationRow.end")
+        key = (row.cluster, row.hour.astimezone(dt.UTC), row.namespace, row.name, row.aggregation)
+        batch[key] = row
+    if not batch:
+        return 0
+    fields_of = operator.attrgetter(*_ROW_COLUMNS)
+    labels_at = list(_ROW_COLUMNS).index("labels")
+    columns = ", ".join(_ROW_COLUMNS.values())
+    stamp = ("pricebook_id", "currency", "is_finalized")
+    assignments = ", ".join(
+        f"{c} = EXCLUDED.{c}" for c in (*_ROW_COLUMNS.values(), *stamp) if c not in _KEY
+    )
+    compared = [c for c in (*_ROW_COLUMNS.values(), *stamp) if c not in _KEY]
+    mine = ", ".join(f"provider_allocations.{c}" for c in compared)
+    theirs = ", ".join(f"EXCLUDED.{c}" for c in compared)
+    with _atomic(conn):
+        _prepare_staging(conn)
+        with conn.cursor() as cur:
+            with cur.copy(f"COPY {_STAGING} ({columns}) FROM STDIN".encode()) as copy:
+                # Key order: concurrent writers then lock conflicting rows in the same order
+                # and cannot deadlock each other.
+                for key in sorted(batch):
+                    row = batch[key]
+                    values = list(fields_of(row))
+                    values[labels_at] = Jsonb(dict(row.labels))
+                    copy.write_row(values)
+            cur.execute(
+                f"""
+                INSERT INTO provider_allocations ({columns}, {", ".join(stamp)})
+                SELECT {columns}, %s, %s, %s FROM {_STAGING}
+                ON CONFLICT ({", ".join(_KEY)}) DO UPDATE SET {assignments}
+                WHERE NOT provider_allocations.is_finalized
+                  AND ({mine}) IS DISTINCT FROM ({theirs})
+                """.encode(),
+                (pricebook_id, currency, finalized),
+            )
+            return cur.rowcount
+
+
+@contextlib.contextmanager
+def _atomic(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """All-or-nothing inside the caller's transaction, never committing on its own.
+
+    An idle non-autocommit connection opens its implicit transaction for the caller to
+    commit; an open one gets a savepoint; autocommit gets a transaction of its own.
+    """
+    if not conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        yield
+        return
+    with conn.transaction():
+        yield
+
+
+def _prepare_staging(conn: psycopg.Connection[Any]) -> None:
+    """An empty session temp table shaped like the allocation columns (created once)."""
+    conn.execute(
+        f"""
+        CREATE TEMP TABLE IF NOT EXISTS {_STAGING} ON COMMIT DELETE ROWS AS
+        SELECT {", ".join(_ROW_COLUMNS.values())} FROM provider_allocations WITH NO DATA
+        """.encode()
+    )
+    conn.execute(f"TRUNCATE {_STAGING}".encode())
+
+
+def finalize_before(conn: psycopg.Connection[Any], *, cluster: str, before: dt.datetime) -> int:
+    """Mark every non-finalized row of hours before `before` finalized; return the count."""
+    _require_aware(before, "before")
+    cur = conn.execute(
+        """
+        UPDATE provider_allocations SET is_finalized = true
+        WHERE cluster = %s AND hour < %s AND NOT is_finalized
+        """,
+        (cluster, before),
+    )
+    return cur.rowcount
+
+
+def finalized_hours(
+    conn: psycopg.Connection[Any], *, cluster: str, start: dt.datetime, end: dt.datetime
+) -> set[dt.datetime]:
+    """Hours in [start, end) that have rows and no non-finalized row (the job skips these)."""
+    _require_aware(start, "start")
+    _require_aware(end, "end")
+    rows = conn.execute(
+        """
+        SELECT hour FROM provider_allocations
+        WHERE cluster = %s AND hour >= %s AND hour < %s
+        GROUP BY hour HAVING bool_and(is_finalized)
+        """,
+        (cluster, start, end),
+    ).fetchall()
+    return {_utc(r[0]) for r in rows}
+
+
+def allocation_boundary(conn: psycopg.Connection[Any], *, cluster: str) -> dt.datetime | None:
+    """Earliest hour that still has non-finalized allocation rows; None when all are settled."""
+    row = conn.execute(
+        "SELECT min(hour) FROM provider_allocations WHERE cluster = %s AND NOT is_finalized",
+        (cluster,),
+    ).fetchone()
+    return None if row is None or row[0] is None else _utc(row[0])
+
+
+def read(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    namespaces: Collection[str] | None = None,
+) -> list[StoredAllocation]:
+    """Rows of hours in [start, end), optionally only these namespaces, in key order."""
+    _require_aware(start, "start")
+    _require_aware(end, "end")
+    columns = ", ".join(_ROW_COLUMNS.values())
+    query = f"""
+        SELECT {columns}, pricebook_id, currency, is_finalized FROM provider_allocations
+        WHERE cluster = %s AND hour >= %s AND hour < %s
+    """
+    params: list[object] = [cluster, start, end]
+    if namespaces is not None:
+        query += " AND namespace = ANY(%s)"
+        params.append(list(namespaces))
+    query += f" ORDER BY {', '.join(_KEY)}"
+    result: list[StoredAllocation] = []
+    fields = list(_ROW_COLUMNS)
+    for record in conn.execute(query.encode(), params).fetchall():
+        values = dict(zip(fields, record[: len(fields)], strict=True))
+        for key in ("hour", "start", "end"):
+            values[key] = _utc(values[key])
+        row = allocation.AllocationRow(**values)
+        pricebook_id, currency, is_finalized = record[len(fields) :]
+        result.append(StoredAllocation(row, int(pricebook_id), currency, bool(is_finalized)))
+    return result
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value.astimezone(dt.UTC)

@@ -1,0 +1,145 @@
+"""Connections to the ledger: configuration from the environment, errors without secrets.
+
+Why a wrapper at all: a DSN usually carries a password, and connection errors end up in pod
+logs and CostJob execution records. Every failure here is raised as `LedgerConnectionError`,
+whose message names host, port, database and user, never the password (it is scrubbed from
+the driver's text as well, and the driver's exception is not chained).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import conninfo
+
+from finops.store import migrate
+
+DSN_ENV = "POSTGRES_CONNECTION_STRING"
+CLUSTER_ENV = "CLUSTER_ID"
+DEFAULT_CLUSTER = "default"
+
+_REDACTED = "********"
+_KV_PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s]+)", re.IGNORECASE)
+_URI_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]*)@")
+
+
+class LedgerConnectionError(RuntimeError):
+    """The ledger database is misconfigured or cannot be reached (message is secret-free)."""
+
+
+def cluster_id(environ: Mapping[str, str] | None = None) -> str:
+    """`CLUSTER_ID`, or `default` when unset or empty: stamped on every row we write."""
+    env = os.environ if environ is None else environ
+    return env.get(CLUSTER_ENV, "") or DEFAULT_CLUSTER
+
+
+def dsn_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """The DSN in `POSTGRES_CONNECTION_STRING`; a clear error when it is missing or empty."""
+    env = os.environ if environ is None else environ
+    dsn = env.get(DSN_ENV, "").strip()
+    if not dsn:
+        raise LedgerConnectionError(f"{DSN_ENV} is not set; it must hold the PostgreSQL DSN")
+    return dsn
+
+
+def describe(dsn: str) -> str:
+    """`user@host:port/dbname` for messages, never the password."""
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "an unparseable connection string"
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = str(params.get("port") or "5432")
+    dbname = str(params.get("dbname") or params.get("user") or "")
+    user = str(params.get("user") or "")
+    who = f"{user}@" if user else ""
+    return f"{who}{host}:{port}/{dbname}"
+
+
+def redact(text: str, dsn: str) -> str:
+    """`text` with every spelling of the DSN's password replaced by asterisks."""
+    secrets: set[str] = set()
+    try:
+        password = conninfo.conninfo_to_dict(dsn).get("password")
+        if password:
+            secrets.add(str(password))
+    except psycopg.Error:
+        pass
+    for match in _KV_PASSWORD.finditer(dsn):
+        secrets.add(match.group(1))
+        secrets.add(match.group(1).strip("'"))
+    for match in _URI_PASSWORD.finditer(dsn):
+        secrets.add(match.group(1))
+    for secret in list(secrets):
+        secrets.add(urllib.parse.unquote(secret))
+        secrets.add(urllib.parse.quote(secret, safe=""))
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, _REDACTED)
+    return text
+
+
+def _failure(dsn: str, what: str, exc: BaseException) -> LedgerConnectionError:
+    reason = redact(str(exc).strip() or type(exc).__name__, dsn)
+    return LedgerConnectionError(f"cannot {what} PostgreSQL at {describe(dsn)}: {reason}")
+
+
+def _check_dsn(dsn: str) -> None:
+    try:
+        conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        reason = redact(str(exc).strip(), dsn)
+        raise LedgerConnectionError(f"invalid PostgreSQL connection string: {reason}") from None
+
+
+def connect(
+    dsn: str, *, autocommit: bool = False, connect_timeout: int = 10
+) -> psycopg.Connection[Any]:
+    """One connection (jobs that need a single session); errors never show the password."""
+    _check_dsn(dsn)
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=connect_timeout)
+    except psycopg.Error as exc:
+        raise _failure(dsn, "connect to", exc) from None
+
+
+def open_pool(
+    dsn: str | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    min_size: int = 1,
+    max_size: int = 4,
+    connect_timeout: int = 10,
+    apply_migrations: bool = True,
+    name: str = "finops-ledger",
+) -> psycopg_pool.ConnectionPool[Any]:
+    """An open pool for `dsn` (default: `POSTGRES_CONNECTION_STRING`), migrations applied.
+
+    One direct connection is made first so an unreachable server or a wrong password fails
+    here with the server's reason, instead of as a pool timeout; that same connection applies
+    any pending migrations (under the advisory lock) when `apply_migrations` is true.
+    """
+    target = dsn if dsn is not None else dsn_from_env(environ)
+    with connect(target, autocommit=True, connect_timeout=connect_timeout) as conn:
+        if apply_migrations:
+            migrate.apply(conn)
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        target,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"connect_timeout": connect_timeout},
+        open=False,
+        name=name,
+        check=psycopg_pool.ConnectionPool.check_connection,
+    )
+    try:
+        pool.open(wait=True, timeout=float(connect_timeout) * 2)
+    except psycopg_pool.PoolTimeout as exc:
+        pool.close()
+        raise _failure(target, "open a connection pool to", exc) from None
+    return pool

@@ -1,0 +1,1 @@
+"""Tier 2: the ledger against a real PostgreSQL."""

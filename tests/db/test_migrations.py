@@ -1,0 +1,246 @@
+"""Migrations: applied once, in order, under an advisory lock, all-or-nothing per file."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from finops.store import migrate
+
+EXPECTED_TABLES = {
+    "pricebooks",
+    "provider_allocations",
+    "subscription_charges",
+    "offering_versions",
+    "subscription_versions",
+    "schema_migrations",
+}
+
+
+def schema_snapshot(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Columns, constraints, indexes and triggers of the public schema, sorted."""
+    columns = conn.execute(
+        """
+        SELECT 'column', table_name, column_name, data_type, is_nullable, column_default
+        FROM information_schema.columns WHERE table_schema = 'public'
+        """
+    ).fetchall()
+    indexes = conn.execute(
+        "SELECT 'index', tablename, indexname, indexdef, '', '' FROM pg_indexes "
+        "WHERE schemaname = 'public'"
+    ).fetchall()
+    constraints = conn.execute(
+        """
+        SELECT 'constraint', conrelid::regclass::text, conname, pg_get_constraintdef(oid), '', ''
+        FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+        """
+    ).fetchall()
+    triggers = conn.execute(
+        "SELECT 'trigger', tgrelid::regclass::text, tgname, '', '', '' FROM pg_trigger "
+        "WHERE NOT tgisinternal"
+    ).fetchall()
+    return sorted(
+        (tuple(str(v) for v in row) for row in [*columns, *indexes, *constraints, *triggers]),
+    )
+
+
+def shipped_versions() -> list[int]:
+    return [m.version for m in migrate.load()]
+
+
+def write_migrations(directory: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    return directory
+
+
+class TestFreshDatabase:
+    def test_a_fresh_database_gets_every_ledger_table(self, pg_dsn: str) -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            applied = migrate.apply(conn)
+            tables = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+                ).fetchall()
+            }
+            recorded = migrate.applied_versions(conn)
+        assert [m.version for m in applied] == shipped_versions()
+        assert recorded == shipped_versions()
+        assert tables == EXPECTED_TABLES
+
+    def test_reapplying_is_a_no_op_that_leaves_the_schema_alone(self, pg_dsn: str) -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            migrate.apply(conn)
+            before = schema_snapshot(conn)
+            rows_before = conn.execute("SELECT * FROM schema_migrations").fetchall()
+            again = migrate.apply(conn)
+            after = schema_snapshot(conn)
+            rows_after = conn.execute("SELECT * FROM schema_migrations").fetchall()
+        assert again == []
+        assert after == before
+        assert rows_after == rows_before
+
+    def test_a_connection_outside_autocommit_works_and_is_left_idle(self, pg_dsn: str) -> None:
+        with psycopg.connect(pg_dsn) as conn:
+            migrate.apply(conn)
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert migrate.applied_versions(conn) == shipped_versions()
+
+    def test_a_connection_inside_a_transaction_is_refused(self, pg_dsn: str) -> None:
+        with psycopg.connect(pg_dsn) as conn:
+            conn.execute("SELECT 1")
+            with pytest.raises(migrate.MigrationError, match="not inside a transaction"):
+                migrate.apply(conn)
+
+    def test_the_ledger_template_fixture_matches_a_fresh_apply(
+        self, pg_dsn: str, ledger_dsn: str
+    ) -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as fresh:
+            migrate.apply(fresh)
+            expected = schema_snapshot(fresh)
+        with psycopg.connect(ledger_dsn) as cloned:
+            assert schema_snapshot(cloned) == expected
+
+
+class TestMigrationFiles:
+    def test_the_directory_can_be_overridden_by_environment(
+        self, pg_dsn: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        write_migrations(
+            tmp_path,
+            {
+                "0002_second.sql": "CREATE TABLE second (id int REFERENCES first (id));",
+                "0001_first.sql": "CREATE TABLE first (id int PRIMARY KEY);",
+                "README.md": "not a migration",
+            },
+        )
+        monkeypatch.setenv(migrate.MIGRATION_DIR_ENV, str(tmp_path))
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            applied = migrate.apply(conn)
+            names = conn.execute("SELECT name FROM schema_migrations ORDER BY version").fetchall()
+        assert [m.filename for m in applied] == ["0001_first.sql", "0002_second.sql"]
+        assert names == [("first",), ("second",)]
+
+    def test_a_failed_migration_rolls_back_whole_and_keeps_earlier_ones(
+        self, pg_dsn: str, tmp_path: pathlib.Path
+    ) -> None:
+        write_migrations(
+            tmp_path,
+            {
+                "0001_ok.sql": "CREATE TABLE kept (id int);",
+                "0002_broken.sql": (
+                    "CREATE TABLE half_done (id int);\n"
+                    "INSERT INTO half_done VALUES (1);\n"
+                    "SELECT 1 / 0;\n"
+                ),
+            },
+        )
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            with pytest.raises(migrate.MigrationError, match=r"0002_broken\.sql failed"):
+                migrate.apply(conn, migrate.load(tmp_path))
+            half_done = conn.execute("SELECT to_regclass('half_done')").fetchone()
+            kept = conn.execute("SELECT to_regclass('kept')").fetchone()
+            assert migrate.applied_versions(conn) == [1]
+            # The lock was released: fixing the file lets the next run finish the job.
+            (tmp_path / "0002_broken.sql").write_text("CREATE TABLE half_done (id int);")
+            applied = migrate.apply(conn, migrate.load(tmp_path))
+        assert half_done == (None,)
+        assert kept == ("kept",)
+        assert [m.version for m in applied] == [2]
+
+    def test_editing_a_migration_that_already_ran_is_refused(
+        self, pg_dsn: str, tmp_path: pathlib.Path
+    ) -> None:
+        write_migrations(tmp_path, {"0001_first.sql": "CREATE TABLE first (id int);"})
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            migrate.apply(conn, migrate.load(tmp_path))
+            (tmp_path / "0001_first.sql").write_text("CREATE TABLE first (id bigint);")
+            with pytest.raises(migrate.MigrationError, match="changed after it was applied"):
+                migrate.apply(conn, migrate.load(tmp_path))
+
+    @pytest.mark.parametrize(
+        ("files", "message"),
+        [
+            ({"1_short.sql": ""}, "NNNN_name.sql"),
+            ({"0001_a.sql": "", "0001_b.sql": ""}, "share number 0001"),
+        ],
+    )
+    def test_badly_named_files_are_rejected_before_anything_runs(
+        self, tmp_path: pathlib.Path, files: dict[str, str], message: str
+    ) -> None:
+        write_migrations(tmp_path, files)
+        with pytest.raises(migrate.MigrationError, match=message):
+            migrate.load(tmp_path)
+
+
+class TestConcurrentProcesses:
+    def test_two_processes_migrating_at_the_same_moment_end_with_one_schema(
+        self, pg_dsn: str, tmp_path: pathlib.Path
+    ) -> None:
+        # The shipped files plus a slow last one, so the two runs surely overlap.
+        directory = tmp_path / "migrations"
+        shutil.copytree(str(migrate.migration_dir({})), directory)
+        last = max(shipped_versions()) + 1
+        (directory / f"{last:04d}_slow.sql").write_text("SELECT pg_sleep(1);")
+        start_at = time.time() + 2.0
+        script = (
+            "import json, sys, time\n"
+            "from finops.store import migrate, pool\n"
+            f"time.sleep(max(0.0, {start_at!r} - time.time()))\n"
+            "began = time.time()\n"
+            "with pool.connect(pool.dsn_from_env(), autocommit=True) as conn:\n"
+            "    ran = migrate.apply(conn)\n"
+            "print(json.dumps({'began': began, 'ended': time.time(),"
+            " 'applied': [m.version for m in ran]}))\n"
+        )
+        env = {
+            **os.environ,
+            "POSTGRES_CONNECTION_STRING": pg_dsn,
+            migrate.MIGRATION_DIR_ENV: str(directory),
+        }
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
+        results = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0
+            results.append(json.loads(out))
+        # Both really ran at once: each began before the other finished.
+        assert results[0]["began"] < results[1]["ended"]
+        assert results[1]["began"] < results[0]["ended"]
+        applied = sorted((r["applied"] for r in results), key=len)
+        assert applied == [[], [*shipped_versions(), last]]
+        with psycopg.connect(pg_dsn) as conn:
+            counts = conn.execute(
+                "SELECT version, count(*) FROM schema_migrations GROUP BY version ORDER BY 1"
+            ).fetchall()
+        assert counts == [(v, 1) for v in [*shipped_versions(), last]]
+
+    def test_the_module_entry_point_applies_and_reports(self, pg_dsn: str) -> None:
+        env = {**os.environ, "POSTGRES_CONNECTION_STRING": pg_dsn}
+        env.pop(migrate.MIGRATION_DIR_ENV, None)
+        done = subprocess.run(
+            [sys.executable, "-m", "finops.store.migrate"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"applied": shipped_versions()}
