@@ -1,0 +1,1 @@
+"""One-shot job modes: allocation collection and charge collection."""
