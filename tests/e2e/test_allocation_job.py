@@ -284,3 +284,49 @@ def test_missing_required_environment_is_named(caplog: pytest.LogCaptureFixture)
     assert asyncio.run(job.run({"COSTJOB_NAME": "x"})) == 1
     assert "COSTJOB_NAMESPACE" in caplog.text
     assert "POSTGRES_CONNECTION_STRING" in caplog.text
+
+
+@pytest.mark.parametrize(("per_shard", "concurrency"), [(1, 1), (3, 2), (7, 4), (100, 3)])
+def test_sharded_runs_write_the_same_rows_as_an_unsharded_run(
+    kube: controlplane.ControlPlane,
+    kube_namespace: str,
+    book: dict[str, Any],
+    ledger_dsn: str,
+    opencost_replay: Callable[[replay.Source], replay.ReplayServer],
+    per_shard: int,
+    concurrency: int,
+) -> None:
+    server = opencost_replay(replay.Generated(namespaces=9, pods_per_namespace=3, seed=7))
+    jobs = {}
+    with kube.http() as client:
+        for name, sharding in (
+            ("whole", None),
+            ("sharded", {"namespacesPerShard": per_shard, "concurrency": concurrency}),
+        ):
+            spec: dict[str, Any] = {"type": "ResourceCostCollection", "interval": "1h"}
+            if sharding:
+                spec["sharding"] = sharding
+            body = {
+                "apiVersion": "finops.stakater.com/v1alpha1",
+                "kind": "CostJob",
+                "metadata": {"name": name, "namespace": kube_namespace},
+                "spec": spec,
+            }
+            resp = client.post(f"{GROUP}/namespaces/{kube_namespace}/costjobs", json=body)
+            assert resp.status_code == 201, resp.text
+            jobs[name] = resp.json()
+
+    def collect(name: str) -> list[tuple[Any, ...]]:
+        env = job_env(
+            jobs[name], ledger_dsn, server.url, OPENCOST_AGGREGATE="namespace,pod,container"
+        )
+        assert run_job(kube, env) == 0
+        rows = table(ledger_dsn, "provider_allocations")
+        with psycopg.connect(ledger_dsn) as conn:
+            conn.execute("TRUNCATE provider_allocations")
+        return rows
+
+    whole = collect("whole")
+    assert len(whole) > 9 * 3 * 3  # several hours of every container
+    assert collect("sharded") == whole
+    assert len({r.params.get("filter", "") for r in server.requests}) > 1

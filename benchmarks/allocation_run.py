@@ -1,0 +1,131 @@
+"""One `--mode=cronjob` run over a generated 10k-pod cluster, against a raw `COPY`.
+
+Why a ratio: the run's rows/s depends on the machine; dividing by a raw `COPY` of the very
+same rows into a bare table (no key, no index, no upsert) measured in the same process says
+what fetching from OpenCost, parsing exactly, staging and upserting cost on top of the
+cheapest possible load. Everything is real: a kube-apiserver (the run reads its CostJob and
+writes the execution record), PostgreSQL, and the OpenCost replay server.
+
+    .venv/bin/python -m benchmarks.allocation_run [--namespaces 100 --pods 100 --lookback 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import pathlib
+import sys
+import time
+
+import psycopg
+from psycopg.types.json import Jsonb
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+
+from finops.devenv import controlplane, postgres
+from finops.devenv import opencost_replay as replay
+from finops.jobs import allocations as job
+from finops.store import migrate
+
+CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
+SCHEDULED = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
+GROUP = "/apis/finops.stakater.com/v1alpha1"
+
+
+def _setup_kube(cp: controlplane.ControlPlane) -> None:
+    cp.create_namespace("bench")
+    book = {
+        "apiVersion": "finops.stakater.com/v1alpha1",
+        "kind": "PriceBook",
+        "metadata": {"name": "bench", "namespace": "bench"},
+        "spec": {"currency": "USD", "valuationMode": "currency", "rates": {"cpuHour": "0.031"}},
+    }
+    costjob = {
+        "apiVersion": "finops.stakater.com/v1alpha1",
+        "kind": "CostJob",
+        "metadata": {"name": "collect", "namespace": "bench"},
+        "spec": {"type": "ResourceCostCollection", "interval": "1h"},
+    }
+    with cp.http() as client:
+        obj = client.post(f"{GROUP}/namespaces/bench/pricebooks", json=book).json()
+        obj["status"] = {"active": True, "ready": "True"}
+        client.put(f"{GROUP}/namespaces/bench/pricebooks/bench/status", json=obj).raise_for_status()
+        client.post(f"{GROUP}/namespaces/bench/costjobs", json=costjob).raise_for_status()
+
+
+def _run(cp: controlplane.ControlPlane, dsn: str, url: str, lookback: int) -> float:
+    env = {
+        "COSTJOB_NAME": "collect",
+        "COSTJOB_NAMESPACE": "bench",
+        "POSTGRES_CONNECTION_STRING": dsn,
+        "OPENCOST_CONNECTION_STRING": url,
+        "SCHEDULED_TIMESTAMP": SCHEDULED.isoformat(),
+        "HOURS_LOOKBACK": str(lookback),
+        "OPENCOST_FETCH_TIMEOUT": "10m",
+    }
+
+    async def go() -> int:
+        client = AsyncClient(config=KubeConfig.from_file(str(cp.kubeconfig)))
+        try:
+            return await job.run(env, now=lambda: SCHEDULED, kube=client)
+        finally:
+            await client.close()
+
+    started = time.perf_counter()
+    if asyncio.run(go()) != 0:
+        raise SystemExit("the allocation run failed; see the log above")
+    return time.perf_counter() - started
+
+
+def _raw_copy(dsn: str) -> tuple[int, float]:
+    """COPY the rows the run wrote, as binary values, into a bare table of the same columns."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT * FROM provider_allocations").fetchall()
+        conn.execute("CREATE TABLE bare AS SELECT * FROM provider_allocations WITH NO DATA")
+        conn.commit()
+        started = time.perf_counter()
+        with conn.cursor() as cur, cur.copy("COPY bare FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row([Jsonb(v) if isinstance(v, dict) else v for v in row])
+        conn.commit()
+        return len(rows), time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--namespaces", type=int, default=100)
+    p.add_argument("--pods", type=int, default=100, help="pods per namespace")
+    p.add_argument("--lookback", type=int, default=5)
+    args = p.parse_args(argv)
+
+    source = replay.Generated(
+        namespaces=args.namespaces, pods_per_namespace=args.pods, containers_per_pod=1, seed=1
+    )
+    with (
+        controlplane.running(CRDS) as cp,
+        postgres.PostgresCluster() as pg,
+        replay.ReplayServer(source) as server,
+    ):
+        _setup_kube(cp)
+        dsn = pg.create_database()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate.apply(conn)
+        run_seconds = _run(cp, dsn, server.url, args.lookback)
+        rows, copy_seconds = _raw_copy(dsn)
+
+    hours = args.lookback + 1
+    pods = args.namespaces * args.pods
+    print(f"cluster: {pods} pods, {hours} hours (HOURS_LOOKBACK={args.lookback})")
+    print(f"rows written:                  {rows:>10,}")
+    print(
+        f"allocation run:                {rows / run_seconds:>10,.0f} rows/s  ({run_seconds:.1f} s)"
+    )
+    copy_rate = rows / copy_seconds
+    print(f"raw COPY of the same rows:     {copy_rate:>10,.0f} rows/s  ({copy_seconds:.1f} s)")
+    print(f"ratio run/raw COPY:            {copy_seconds / run_seconds:>10.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
