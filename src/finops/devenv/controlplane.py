@@ -288,9 +288,8 @@ class ControlPlane:
             deadline = time.monotonic() + timeout
             for name in names:
                 while True:
-                    conds = (
-                        client.get(f"{base}/{name}").json().get("status", {}).get("conditions", [])
-                    )
+                    status = client.get(f"{base}/{name}").json().get("status") or {}
+                    conds = status.get("conditions") or []
                     if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
                         break
                     if time.monotonic() > deadline:
