@@ -48,6 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to the selected mode; modes not built yet say so and exit 2."""
     args = build_parser().parse_args(argv)
+    if args.mode == "controller":
+        from finops.controller import app
+
+        return app.main(args)
+    if args.mode == "cronjob":
+        from finops import logs
+        from finops.jobs import allocations
+
+        logs.configure()
+        return allocations.main()
     print(f"finops-operator: --mode={args.mode} is not implemented yet", file=sys.stderr)
     return 2
 

@@ -314,6 +314,8 @@ class CostJobStatus(_Model):
     last_successful_execution_time: datetime | None = None
     last_execution_status: LastExecutionStatus | None = None
     execution_history: list[ExecutionRecord] | None = None
+    # Beyond the reference (DESIGN §2.7): `Scheduled` says why a CostJob has no CronJob.
+    conditions: Annotated[list[Condition] | None, Field(json_schema_extra=_CONDITIONS_LIST)] = None
 
 
 # ---------------------------------------------------------------- Offering

@@ -1,0 +1,1 @@
+"""The long-lived controller manager and its reconcilers."""

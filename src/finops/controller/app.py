@@ -1,0 +1,316 @@
+"""The controller manager: watches -> one keyed work queue -> reconcilers, under a Lease.
+
+Startup: probes come up first (a standby replica is alive and ready too), then the Lease is
+acquired when `--leader-elect` is set; only the leader starts watches and workers. SIGTERM
+stops the workers, releases the Lease so a standby takes over at once, and exits 0. Losing
+the Lease (renewal past its deadline) exits non-zero so the pod restarts as a standby.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import lightkube
+
+from finops import logs
+from finops.controller import (
+    config,
+    costjob,
+    finopsprovider,
+    metrics,
+    pricebook,
+    serving,
+    workqueue,
+)
+from finops.kube import client as kube_client
+from finops.kube import leader, resources, watch
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str, str]
+"""(kind, namespace, name) of the object a reconciler owns."""
+QUEUE_NAME = "finops"
+
+
+class Reconciler(Protocol):
+    controller: str
+
+    async def reconcile(self, key: Key) -> float | None: ...
+
+
+def spec_or_meta_changed(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """Creation, deletion, a new generation, or changed labels/annotations.
+
+    Status-only updates (including our own status writes) are skipped: they would only
+    wake the reconciler that wrote them. The periodic resync covers anything else.
+    """
+    if old is None or new is None:
+        return True
+    o, n = old.get("metadata") or {}, new.get("metadata") or {}
+    return (
+        o.get("generation") != n.get("generation")
+        or o.get("labels") != n.get("labels")
+        or o.get("annotations") != n.get("annotations")
+        or o.get("deletionTimestamp") != n.get("deletionTimestamp")
+    )
+
+
+def owner_costjob(obj: dict[str, Any]) -> Key | None:
+    """The CostJob controlling an owned CronJob/Secret."""
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == costjob.KIND and ref.get("controller"):
+            return ("CostJob", str(meta.get("namespace") or ""), str(ref.get("name")))
+    return None
+
+
+class Manager:
+    """Sources feed keys into one queue; workers run the reconciler of each key's kind."""
+
+    def __init__(self, client: lightkube.AsyncClient, settings: config.Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.queue: workqueue.WorkQueue[Key] = workqueue.WorkQueue()
+        owned = {costjob.MANAGED_BY_LABEL: costjob.MANAGED_BY}
+        self.pricebooks = watch.Source(client, resources.PriceBook, self._on_pricebook)
+        self.sources = [
+            self.pricebooks,
+            watch.Source(client, resources.CostJob, self._on_costjob),
+            watch.Source(client, resources.FinOpsProvider, self._on_provider, namespaced=False),
+            watch.Source(client, kube_client.CronJob, self._on_owned, labels=owned),
+            watch.Source(client, kube_client.Secret, self._on_owned, labels=owned),
+        ]
+        self.reconcilers: dict[str, Reconciler] = {
+            "PriceBook": pricebook.Reconciler(client, settings, self.pricebooks.store),
+            "CostJob": costjob.Reconciler(client, settings),
+            "FinOpsProvider": finopsprovider.Reconciler(client, settings),
+        }
+
+    def enqueue(self, key: Key) -> None:
+        metrics.WORKQUEUE_ADDS.labels(name=QUEUE_NAME).inc()
+        self.queue.add(key)
+        metrics.WORKQUEUE_DEPTH.labels(name=QUEUE_NAME).set(len(self.queue))
+
+    def _on_pricebook(
+        self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> None:
+        if spec_or_meta_changed(old, new):
+            self.enqueue(pricebook.KEY)
+
+    def _on_costjob(
+        self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> None:
+        if new is not None and spec_or_meta_changed(old, new):
+            ns, name = watch.object_key(new)
+            self.enqueue(("CostJob", ns, name))
+
+    def _on_provider(
+        self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> None:
+        if new is not None and spec_or_meta_changed(old, new):
+            self.enqueue(("FinOpsProvider", "", watch.object_key(new)[1]))
+
+    def _on_owned(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """Any change to a CronJob or Secret we own wakes its CostJob (hand edits revert)."""
+        owner = owner_costjob(new or old or {})
+        if owner is not None:
+            self.enqueue(owner)
+
+    def resync_keys(self) -> list[Key]:
+        keys: list[Key] = []
+        if self.pricebooks.store:
+            keys.append(pricebook.KEY)
+        keys.extend(("CostJob", ns, name) for ns, name in self.sources[1].store)
+        keys.extend(("FinOpsProvider", "", name) for _, name in self.sources[2].store)
+        return keys
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.resync_seconds)
+            for key in self.resync_keys():
+                self.enqueue(key)
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except workqueue.ShutDownError:
+                return
+            metrics.WORKQUEUE_DEPTH.labels(name=QUEUE_NAME).set(len(self.queue))
+            rec = self.reconcilers[key[0]]
+            started = time.monotonic()
+            try:
+                requeue = await rec.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = self.queue.add_rate_limited(key)
+                metrics.RECONCILE_ERRORS.labels(controller=rec.controller).inc()
+                metrics.RECONCILE_TOTAL.labels(controller=rec.controller, result="error").inc()
+                metrics.WORKQUEUE_RETRIES.labels(name=QUEUE_NAME).inc()
+                log.error(
+                    "reconcile failed",
+                    extra={
+                        "controller": rec.controller,
+                        "key": "/".join(key[1:]),
+                        "error": str(exc),
+                        "retry_in": delay,
+                    },
+                    exc_info=not isinstance(exc, lightkube.ApiError),
+                )
+            else:
+                self.queue.forget(key)
+                result = "success"
+                if requeue:
+                    self.queue.add_after(key, requeue)
+                    result = "requeue_after"
+                metrics.RECONCILE_TOTAL.labels(controller=rec.controller, result=result).inc()
+            finally:
+                metrics.RECONCILE_TIME.labels(controller=rec.controller).observe(
+                    time.monotonic() - started
+                )
+                self.queue.done(key)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sync every cache, then reconcile until `stop` is set."""
+        tasks = [asyncio.create_task(s.run(), name=f"watch-{s.name}") for s in self.sources]
+        try:
+            await asyncio.gather(*(s.synced.wait() for s in self.sources))
+            log.info("caches synced; starting workers", extra={"workers": self.settings.workers})
+            tasks.append(asyncio.create_task(self._resync(), name="resync"))
+            tasks.extend(
+                asyncio.create_task(self._worker(), name=f"worker-{i}")
+                for i in range(self.settings.workers)
+            )
+            await stop.wait()
+        finally:
+            await self.queue.shutdown()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def migrate_database(dsn: str) -> list[int]:
+    """Apply pending SQL migrations under the store's advisory lock."""
+    import psycopg
+
+    from finops.store import migrate
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [m.version for m in migrate.apply(conn)]
+
+
+def _identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+async def _start_servers(
+    args: argparse.Namespace, ready: Callable[[], bool]
+) -> list[asyncio.Server]:
+    servers: list[asyncio.Server] = []
+
+    async def ok() -> tuple[int, str, bytes]:
+        return 200, "text/plain", b"ok\n"
+
+    async def readyz() -> tuple[int, str, bytes]:
+        return (200, "text/plain", b"ok\n") if ready() else (503, "text/plain", b"not ready\n")
+
+    async def metrics_route() -> tuple[int, str, bytes]:
+        return 200, "text/plain; version=0.0.4; charset=utf-8", metrics.exposition()
+
+    probe = serving.parse_bind_address(args.health_probe_bind_address)
+    if probe is not None:
+        servers.append(await serving.serve(probe, {"/healthz": ok, "/readyz": readyz}))
+    addr = serving.parse_bind_address(args.metrics_bind_address)
+    if addr is not None:
+        ctx = serving.self_signed_context() if args.metrics_secure else None
+        servers.append(await serving.serve(addr, {"/metrics": metrics_route}, ssl_context=ctx))
+    return servers
+
+
+async def run(args: argparse.Namespace, settings: config.Settings) -> int:
+    """The manager's whole life; returns the process exit code."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    client = kube_client.make_client()
+    state = {"ready": False}
+    servers = await _start_servers(args, lambda: state["ready"])
+    elector: leader.LeaderElector | None = None
+    code = 0
+    try:
+        if args.leader_elect:
+            elector = leader.LeaderElector(
+                client,
+                namespace=settings.pod_namespace,
+                identity=_identity(),
+                lease_duration=settings.lease_duration_seconds,
+                renew_deadline=settings.lease_duration_seconds * 2 / 3,
+                retry_period=max(0.5, settings.lease_duration_seconds / 7.5),
+            )
+            state["ready"] = True
+            log.info("waiting for leadership", extra={"identity": elector.identity})
+            if not await elector.acquire(stop):
+                return 0
+            metrics.LEADER.labels(name=leader.ELECTION_ID).set(1)
+        state["ready"] = True
+        manager = Manager(client, settings)
+        jobs: list[asyncio.Task[Any]] = [asyncio.create_task(manager.run(stop))]
+        if elector is not None:
+            jobs.append(asyncio.create_task(elector.keep_renewing(stop)))
+        done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            exc = task.exception()
+            if isinstance(exc, leader.LostLeadershipError):
+                log.error("lost leadership; exiting", extra={"error": str(exc)})
+                code = 1
+            elif exc is not None:
+                log.error("manager failed", extra={"error": repr(exc)})
+                code = 1
+        stop.set()
+        await asyncio.gather(*jobs, return_exceptions=True)
+    finally:
+        if elector is not None and code == 0:
+            with contextlib.suppress(Exception):
+                await elector.release()
+        metrics.LEADER.labels(name=leader.ELECTION_ID).set(0)
+        for server in servers:
+            server.close()
+        with contextlib.suppress(Exception):
+            await client.close()
+    log.info("manager stopped", extra={"exit_code": code})
+    return code
+
+
+def main(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
+    """Entry for `--mode=controller`: check env, migrate, run the loop."""
+    logs.configure()
+    env = dict(os.environ if environ is None else environ)
+    try:
+        settings = config.from_env(env)
+    except config.ConfigError as exc:
+        log.error(str(exc))
+        print(f"finops-operator: {exc}", file=sys.stderr)
+        return 1
+    if args.skipDBConnection:
+        log.info("skipping database connection and migrations (--skipDBConnection)")
+    else:
+        try:
+            applied = migrate_database(settings.postgres_dsn)
+        except Exception as exc:
+            log.error("database migrations failed", extra={"error": str(exc)})
+            return 1
+        log.info("database migrations applied", extra={"applied": applied})
+    return asyncio.run(run(args, settings))

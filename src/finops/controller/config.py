@@ -1,0 +1,97 @@
+"""The manager's environment, read and checked once at start.
+
+Four variables are required (a missing or empty one stops the process with its name);
+the rest have documented defaults. Only the exact string "true" turns MTO mode on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping
+
+REQUIRED = (
+    "POSTGRES_CONNECTION_STRING",
+    "OPENCOST_CONNECTION_STRING",
+    "OPENCOST_DEPLOYMENT_NAME",
+    "OPENCOST_DEPLOYMENT_NAMESPACE",
+)
+DEFAULT_JOB_SERVICE_ACCOUNT = "finops-operator-job"
+_SA_NAMESPACE_FILE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class ConfigError(ValueError):
+    """The environment cannot start a manager; the message names the variable."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the reconcilers need from the environment."""
+
+    postgres_dsn: str
+    opencost_url: str
+    opencost_deployment_name: str
+    opencost_namespace: str
+    pod_namespace: str
+    mto_enabled: bool = False
+    cluster_id: str = "default"
+    enable_webhooks: bool = True
+    image_pull_secrets: str = ""
+    operator_image: str = ""
+    job_service_account: str = DEFAULT_JOB_SERVICE_ACCOUNT
+    costjob_allowed_namespaces: frozenset[str] = frozenset()
+    resync_seconds: float = 300.0
+    lease_duration_seconds: float = 15.0
+    workers: int = 2
+
+    def costjob_namespace_allowed(self, namespace: str) -> bool:
+        """Whether a CostJob's DSN Secret may be written into `namespace` ("*" allows all)."""
+        return (
+            "*" in self.costjob_allowed_namespaces or namespace in self.costjob_allowed_namespaces
+        )
+
+
+def _own_namespace(env: Mapping[str, str]) -> str:
+    if env.get("POD_NAMESPACE"):
+        return env["POD_NAMESPACE"]
+    try:
+        return _SA_NAMESPACE_FILE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def from_env(env: Mapping[str, str]) -> Settings:
+    """Build settings or raise `ConfigError` naming the first missing required variable."""
+    for name in REQUIRED:
+        if not env.get(name, "").strip():
+            raise ConfigError(f"required environment variable {name} is not set")
+    own = _own_namespace(env)
+    allowed_raw = env.get("COSTJOB_ALLOWED_NAMESPACES", "").strip()
+    allowed = (
+        frozenset(n.strip() for n in allowed_raw.split(",") if n.strip())
+        if allowed_raw
+        else frozenset({own})
+    )
+    try:
+        resync = float(env.get("FINOPS_RESYNC_SECONDS", "") or 300.0)
+        lease = float(env.get("FINOPS_LEASE_DURATION_SECONDS", "") or 15.0)
+        workers = int(env.get("FINOPS_WORKERS", "") or 2)
+    except ValueError as exc:
+        raise ConfigError(f"bad numeric setting: {exc}") from exc
+    return Settings(
+        postgres_dsn=env["POSTGRES_CONNECTION_STRING"],
+        opencost_url=env["OPENCOST_CONNECTION_STRING"].strip(),
+        opencost_deployment_name=env["OPENCOST_DEPLOYMENT_NAME"].strip(),
+        opencost_namespace=env["OPENCOST_DEPLOYMENT_NAMESPACE"].strip(),
+        pod_namespace=own,
+        mto_enabled=env.get("MTO_ENABLED") == "true",
+        cluster_id=env.get("CLUSTER_ID") or "default",
+        enable_webhooks=env.get("ENABLE_WEBHOOKS") != "false",
+        image_pull_secrets=env.get("IMAGE_PULL_SECRETS", ""),
+        operator_image=env.get("OPERATOR_IMAGE", ""),
+        job_service_account=env.get("JOB_SERVICE_ACCOUNT") or DEFAULT_JOB_SERVICE_ACCOUNT,
+        costjob_allowed_namespaces=allowed,
+        resync_seconds=resync,
+        lease_duration_seconds=lease,
+        workers=max(1, workers),
+    )

@@ -1,0 +1,71 @@
+"""metav1.Condition bookkeeping: one function that sets a condition the Kubernetes way.
+
+`lastTransitionTime` moves only when `status` changes; reason, message and
+observedGeneration follow the latest decision. Pure: the caller passes `now`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Condition:
+    """A decided condition, before it meets the object's current list."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+def rfc3339(moment: dt.datetime) -> str:
+    """Seconds-precision UTC timestamp as metav1.Time serialises."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def find(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
+    """The condition of one type, or None."""
+    for cond in conditions or ():
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]] | None,
+    new: Condition,
+    *,
+    generation: int | None,
+    now: dt.datetime,
+) -> list[dict[str, Any]]:
+    """A new list with `new` applied; other types keep their place and content."""
+    old = find(conditions, new.type)
+    transition = (
+        str(old["lastTransitionTime"])
+        if old is not None and old.get("status") == new.status and old.get("lastTransitionTime")
+        else rfc3339(now)
+    )
+    entry: dict[str, Any] = {
+        "type": new.type,
+        "status": new.status,
+        "reason": new.reason,
+        "message": new.message,
+        "lastTransitionTime": transition,
+    }
+    if generation is not None:
+        entry["observedGeneration"] = generation
+    result: list[dict[str, Any]] = []
+    placed = False
+    for cond in conditions or ():
+        if cond.get("type") == new.type:
+            result.append(entry)
+            placed = True
+        else:
+            result.append(dict(cond))
+    if not placed:
+        result.append(entry)
+    return result

@@ -1,0 +1,152 @@
+"""The Kubernetes calls of the charge collection job: list Subscriptions, read Offerings and
+namespace labels, write `status.costs`, and take the finalizer off a settled Subscription.
+
+Both writes are guarded by `resourceVersion`, so a write computed from a stale read fails
+(409, or 422 for a failed JSON-patch test) instead of overwriting the controller's work; the
+caller's `change` is recomputed from a fresh read on each retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources import core_v1
+from lightkube.types import PatchType
+
+from finops.kube import client as kube_client
+from finops.kube import resources
+
+log = logging.getLogger(__name__)
+
+_RETRY_CODES = (409, 422)
+LIST_CHUNK = 500
+
+
+async def list_subscriptions(client: AsyncClient) -> list[dict[str, Any]]:
+    """Every Subscription of the cluster, in pages."""
+    return [
+        kube_client.to_dict(o)
+        async for o in client.list(resources.Subscription, namespace="*", chunk_size=LIST_CHUNK)
+    ]
+
+
+async def get_offering(client: AsyncClient, namespace: str, name: str) -> dict[str, Any]:
+    """One Offering; ApiError (404 included) propagates: a missing Offering is a failure."""
+    return kube_client.to_dict(await client.get(resources.Offering, name, namespace=namespace))
+
+
+async def get_subscription(client: AsyncClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """One Subscription, None when it is gone."""
+    return await kube_client.get_or_none(client, resources.Subscription, name, namespace)
+
+
+async def namespace_labels(client: AsyncClient) -> dict[str, dict[str, str]]:
+    """Labels of every namespace (the Subscription mirror records them per version)."""
+    labels: dict[str, dict[str, str]] = {}
+    async for ns in client.list(core_v1.Namespace, chunk_size=LIST_CHUNK):
+        meta = ns.metadata
+        if meta is not None and meta.name:
+            labels[meta.name] = dict(meta.labels or {})
+    return labels
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+async def update_status(
+    client: AsyncClient,
+    subscription: Mapping[str, Any],
+    change: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+    attempts: int = 5,
+) -> dict[str, Any] | None:
+    """Merge-patch `change(object)` into the Subscription's status, guarded by resourceVersion.
+
+    The first attempt uses the object as listed; a conflict re-reads it and recomputes.
+    `change` returns None when nothing needs writing. Returns the object as written, or None
+    when nothing was written (unchanged, or the object is gone).
+    """
+    current: Mapping[str, Any] | None = subscription
+    meta = _meta(subscription)
+    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    for attempt in range(attempts):
+        if current is None:
+            return None
+        status = change(current)
+        if status is None:
+            return None
+        patch = {
+            "metadata": {"resourceVersion": _meta(current).get("resourceVersion")},
+            "status": dict(status),
+        }
+        try:
+            written = await client.patch(
+                resources.Subscription.Status,
+                name,
+                patch,
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+            )
+            return kube_client.to_dict(written)
+        except ApiError as exc:
+            if exc.status.code != 409 or attempt == attempts - 1:
+                raise
+        log.info("Subscription %s/%s changed while writing status; retrying", namespace, name)
+        await asyncio.sleep(0.05 * (attempt + 1))
+        current = await get_subscription(client, namespace, name)
+    return None  # pragma: no cover - the loop returns or raises
+
+
+async def remove_finalizer(
+    client: AsyncClient,
+    subscription: Mapping[str, Any],
+    finalizer: str,
+    still_allowed: Callable[[Mapping[str, Any]], bool] = lambda _: True,
+    attempts: int = 5,
+) -> bool:
+    """Remove `finalizer` with a JSON patch that first tests resourceVersion and the entry.
+
+    A conflict re-reads the object and asks `still_allowed(fresh object)` before trying
+    again. True when this call removed it; False when it was already gone (or the object is).
+    """
+    current: Mapping[str, Any] | None = subscription
+    meta = _meta(subscription)
+    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    for attempt in range(attempts):
+        if current is None:
+            return False
+        finalizers = list(_meta(current).get("finalizers") or ())
+        if finalizer not in finalizers:
+            return False
+        index = finalizers.index(finalizer)
+        ops = [
+            {
+                "op": "test",
+                "path": "/metadata/resourceVersion",
+                "value": _meta(current).get("resourceVersion"),
+            },
+            {"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizer},
+            {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+        ]
+        try:
+            await client.patch(
+                resources.Subscription, name, ops, namespace=namespace, patch_type=PatchType.JSON
+            )
+            return True
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            if exc.status.code not in _RETRY_CODES or attempt == attempts - 1:
+                raise
+        log.info("Subscription %s/%s changed while releasing; retrying", namespace, name)
+        await asyncio.sleep(0.05 * (attempt + 1))
+        current = await get_subscription(client, namespace, name)
+        if current is not None and not still_allowed(current):
+            return False
+    return False  # pragma: no cover - the loop returns or raises

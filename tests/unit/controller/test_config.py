@@ -1,0 +1,44 @@
+"""The manager's environment: required variables named, exact-string switches."""
+
+from __future__ import annotations
+
+import pytest
+
+from finops.controller import config, serving
+
+FULL = {
+    "POSTGRES_CONNECTION_STRING": "postgresql://x",
+    "OPENCOST_CONNECTION_STRING": "http://oc:9003",
+    "OPENCOST_DEPLOYMENT_NAME": "oc",
+    "OPENCOST_DEPLOYMENT_NAMESPACE": "finops",
+    "POD_NAMESPACE": "finops-system",
+}
+
+
+@pytest.mark.parametrize("missing", config.REQUIRED)
+def test_each_missing_required_variable_is_named(missing: str) -> None:
+    env = {k: v for k, v in FULL.items() if k != missing}
+    with pytest.raises(config.ConfigError, match=missing):
+        config.from_env(env)
+
+
+@pytest.mark.parametrize(("value", "on"), [("true", True), ("True", False), ("1", False)])
+def test_mto_only_for_the_exact_string_true(value: str, on: bool) -> None:
+    assert config.from_env({**FULL, "MTO_ENABLED": value}).mto_enabled is on
+
+
+def test_costjob_namespaces_default_to_the_operators_own() -> None:
+    s = config.from_env(FULL)
+    assert s.costjob_namespace_allowed("finops-system")
+    assert not s.costjob_namespace_allowed("team-a")
+    s = config.from_env({**FULL, "COSTJOB_ALLOWED_NAMESPACES": "a, b"})
+    assert s.costjob_namespace_allowed("b") and not s.costjob_namespace_allowed("finops-system")
+    assert config.from_env({**FULL, "COSTJOB_ALLOWED_NAMESPACES": "*"}).costjob_namespace_allowed(
+        "z"
+    )
+
+
+def test_bind_addresses() -> None:
+    assert serving.parse_bind_address(":8081") == ("0.0.0.0", 8081)
+    assert serving.parse_bind_address("127.0.0.1:9") == ("127.0.0.1", 9)
+    assert serving.parse_bind_address("0") is None
