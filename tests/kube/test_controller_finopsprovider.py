@@ -13,6 +13,7 @@ from tests.kube.test_controller_support import (
     FINOPS,
     create,
     delete,
+    delete_all_pricebooks,
     deployment,
     get,
     merge_patch,
@@ -86,6 +87,7 @@ def opencost(
     kube: controlplane.ControlPlane, kube_namespace: str, opencost_crd: None, no_provider: None
 ) -> dict[str, Any]:
     ns = kube_namespace
+    delete_all_pricebooks(kube)  # or the PriceBook reconciler would restart OpenCost too
     create(kube, f"/apis/apps/v1/namespaces/{ns}/deployments", deployment(DEPLOYMENT, ns))
     return create(
         kube,

@@ -16,6 +16,7 @@ from tests.kube.test_controller_support import (
     ControllerProcess,
     create,
     delete,
+    delete_all_pricebooks,
     deployment,
     events_for,
     get,
@@ -31,18 +32,11 @@ from finops.pricing import opencost_document
 DEPLOYMENT = "finops-operator-opencost"
 
 
-def _delete_all_books(kube: controlplane.ControlPlane) -> None:
-    for item in (get(kube, f"{FINOPS}/pricebooks") or {}).get("items", []):
-        meta = item["metadata"]
-        delete(kube, f"{FINOPS}/namespaces/{meta['namespace']}/pricebooks/{meta['name']}")
-    wait_for(lambda: not (get(kube, f"{FINOPS}/pricebooks") or {}).get("items"), what="no books")
-
-
 @pytest.fixture
 def no_books(kube: controlplane.ControlPlane) -> Iterator[None]:
-    _delete_all_books(kube)
+    delete_all_pricebooks(kube)
     yield
-    _delete_all_books(kube)
+    delete_all_pricebooks(kube)
 
 
 @pytest.fixture

@@ -211,3 +211,11 @@ def wait_more_reconciles(proc: ControllerProcess, controller: str, count: int = 
         timeout=30,
         what=f"{count} more {controller} reconciles",
     )
+
+
+def delete_all_pricebooks(kube: controlplane.ControlPlane) -> None:
+    """Controllers elect among every PriceBook of the cluster: start from none."""
+    for item in (get(kube, f"{FINOPS}/pricebooks") or {}).get("items", []):
+        meta = item["metadata"]
+        delete(kube, f"{FINOPS}/namespaces/{meta['namespace']}/pricebooks/{meta['name']}")
+    wait_for(lambda: not (get(kube, f"{FINOPS}/pricebooks") or {}).get("items"), what="no books")
