@@ -1,0 +1,113 @@
+"""What the two validating webhooks decide, as pure functions of the request and a cache.
+
+- Offering CREATE: refuse a self-reference, then any cycle the depth-first walk of
+  `requiredOfferings` finds (the message names it); Offerings that do not exist are skipped.
+- Offering UPDATE: nothing (spec immutability is a CRD rule).
+- Offering DELETE: refuse while dependents exist, naming them (DESIGN §2.4: every Subscription
+  still referencing it counts, ready or not).
+- Subscription CREATE: refuse itself as `parent` or as `lifecycle.targetRef`.
+
+The webhook server turns a refusal into an AdmissionReview response carrying the message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from finops.hierarchy import offerings, refs, subscriptions
+from finops.hierarchy.reasons import Reason
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """Allowed, or refused with a reason and the message the client sees."""
+
+    allowed: bool
+    reason: str = ""
+    message: str = ""
+
+
+ALLOWED = Verdict(True)
+
+
+def offering_create(
+    offering: Mapping[str, Any],
+    existing: Iterable[Mapping[str, Any]],
+    namespace: str | None = None,
+) -> Verdict:
+    """Refuse a requirement graph that closes on itself.
+
+    `existing` are the Offerings already stored; `namespace` is the request's, when the
+    object body leaves it out.
+    """
+    obj = _with_namespace(offering, namespace)
+    me = refs.key_of(obj)
+    if me in offerings.requirements(obj):
+        return Verdict(
+            False, Reason.CIRCULAR_DEPENDENCY_DETECTED, offerings.cycle_message([me, me])
+        )
+    table = {refs.key_of(o): o for o in existing}
+    table[me] = obj
+
+    def requires(key: refs.Key) -> list[refs.Key] | None:
+        found = table.get(key)
+        return None if found is None else offerings.requirements(found)
+
+    cycle = offerings.find_cycle(me, requires)
+    if cycle is not None:
+        return Verdict(False, Reason.CIRCULAR_DEPENDENCY_DETECTED, offerings.cycle_message(cycle))
+    return ALLOWED
+
+
+def offering_update() -> Verdict:
+    """Nothing to check: the CRD's `self == oldSelf` rule already refuses spec edits."""
+    return ALLOWED
+
+
+def offering_delete(
+    offering: Mapping[str, Any],
+    stored_subscriptions: Iterable[Mapping[str, Any]],
+    stored_offerings: Iterable[Mapping[str, Any]],
+) -> Verdict:
+    """Refuse while anything references the Offering; the message names every dependent."""
+    key = refs.key_of(offering)
+    found = offerings.dependents(key, stored_subscriptions, stored_offerings)
+    if not found:
+        return ALLOWED
+    reason = (
+        Reason.DEPENDENT_SUBSCRIPTIONS_EXIST
+        if found.subscriptions
+        else Reason.DEPENDENT_OFFERINGS_EXIST
+    )
+    return Verdict(
+        False, reason, f"offering {key} cannot be deleted: " + "; ".join(found.messages())
+    )
+
+
+def subscription_create(subscription: Mapping[str, Any], namespace: str | None = None) -> Verdict:
+    """Refuse a Subscription that is its own parent or its own target."""
+    obj = _with_namespace(subscription, namespace)
+    me = refs.key_of(obj)
+    if subscriptions.names_itself_as_parent(obj):
+        return Verdict(
+            False,
+            Reason.CIRCULAR_DEPENDENCY_DETECTED,
+            f"subscription {me} cannot name itself as its parent (spec.parent.subscriptionRef)",
+        )
+    if subscriptions.targets_itself(obj):
+        return Verdict(
+            False,
+            Reason.TARGET_IS_SELF_REFERENCE,
+            f"subscription {me} cannot name itself as its lifecycle.targetRef",
+        )
+    return ALLOWED
+
+
+def _with_namespace(obj: Mapping[str, Any], namespace: str | None) -> Mapping[str, Any]:
+    """The object with the request's namespace filled in where the body has none."""
+    meta = obj.get("metadata") or {}
+    if namespace is None or meta.get("namespace"):
+        return obj
+    return {**obj, "metadata": {**meta, "namespace": namespace}}

@@ -1,0 +1,167 @@
+"""Families of Subscriptions: the root, the subtree, and who can cover a requirement.
+
+A family is the tree of Subscriptions sharing one root ancestor; each member records the root's
+`metadata.uid` in `status.compatibilityRoot`, which is what the controller indexes on to fetch a
+family in one lookup. A requirement of a member's Offering is covered when another member that
+is active (an `activatedAt`, no `deactivatedAt`; readiness is not consulted) binds exactly the
+required Offering, searching the whole family except the member itself and everything beneath
+it. A root's subtree is the whole family, so a root has no candidates at all.
+
+The subtree is found top-down, from each member's `spec.parent`: if a middle member has already
+left the cluster, the members below it can no longer be placed under anyone, and count as
+candidates for everyone but themselves and their own descendants.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from finops.hierarchy import refs
+
+Members = Callable[[str], Iterable[Mapping[str, Any]]]
+"""The Subscriptions whose `status.compatibilityRoot` is the given uid (the family index)."""
+
+
+def parent_key(sub: Mapping[str, Any]) -> refs.Key | None:
+    parent = refs.spec_of(sub).get("parent") or {}
+    return refs.ref_key(parent.get("subscriptionRef")) if isinstance(parent, Mapping) else None
+
+
+def offering_key(sub: Mapping[str, Any]) -> refs.Key | None:
+    return refs.ref_key(refs.spec_of(sub).get("offeringRef"))
+
+
+def root_of(sub: Mapping[str, Any]) -> str | None:
+    root = refs.status_of(sub).get("compatibilityRoot")
+    return str(root) if root else None
+
+
+def is_activated(sub: Mapping[str, Any]) -> bool:
+    return bool(refs.status_of(sub).get("activatedAt"))
+
+
+def is_deactivated(sub: Mapping[str, Any]) -> bool:
+    return bool(refs.status_of(sub).get("deactivatedAt"))
+
+
+def is_active(sub: Mapping[str, Any]) -> bool:
+    """Billing is open: activated and not deactivated."""
+    return is_activated(sub) and not is_deactivated(sub)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Root:
+    """The root uid, or why it cannot be resolved yet."""
+
+    uid: str | None
+    problem: str = ""
+
+
+def resolve_root(sub: Mapping[str, Any], lookup: refs.Lookup) -> Root:
+    """Walk up `spec.parent` to the Subscription with no parent (stopping early at an ancestor
+    that already carries a stamped root). Refuses to loop on a parent cycle."""
+    stamped = root_of(sub)
+    if stamped:
+        return Root(stamped)
+    seen = {refs.key_of(sub)}
+    current: Mapping[str, Any] = sub
+    while True:
+        up = parent_key(current)
+        if up is None:
+            uid = refs.uid_of(current)
+            return Root(uid) if uid else Root(None, f"root {refs.key_of(current)} has no uid")
+        if up in seen:
+            return Root(None, f"parent chain loops at subscription {up}")
+        seen.add(up)
+        found = lookup(up)
+        if isinstance(found, refs.ReadError):
+            return Root(None, f"reading ancestor subscription {up}: {found.message}")
+        if found is None:
+            return Root(None, f"ancestor subscription {up} not found")
+        stamped = root_of(found)
+        if stamped:
+            return Root(stamped)
+        current = found
+
+
+def subtree(sub: Mapping[str, Any], members: Iterable[Mapping[str, Any]]) -> set[refs.Key]:
+    """The Subscription's own key and those of all its descendants among `members`."""
+    children: dict[refs.Key, list[refs.Key]] = collections.defaultdict(list)
+    for member in members:
+        up = parent_key(member)
+        if up is not None:
+            children[up].append(refs.key_of(member))
+    found = {refs.key_of(sub)}
+    queue = collections.deque(found)
+    while queue:
+        for child in children.get(queue.popleft(), ()):
+            if child not in found:
+                found.add(child)
+                queue.append(child)
+    return found
+
+
+def coverage_candidates(
+    sub: Mapping[str, Any], members: Iterable[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """Family members that may cover this Subscription's requirements (active or not)."""
+    if parent_key(sub) is None:
+        return []
+    family = list(members)
+    excluded = subtree(sub, family)
+    return [m for m in family if refs.key_of(m) not in excluded]
+
+
+def uncovered(
+    sub: Mapping[str, Any],
+    required: Sequence[refs.Key],
+    members: Iterable[Mapping[str, Any]],
+) -> refs.Key | None:
+    """The first required Offering no active candidate binds, or None when all are covered."""
+    if not required:
+        return None
+    bound = {offering_key(m) for m in coverage_candidates(sub, members) if is_active(m)}
+    return next((req for req in required if req not in bound), None)
+
+
+def coverage_message(required: refs.Key) -> str:
+    return f"required offering {required} not covered by an active subscription in the family"
+
+
+def members_from(objs: Iterable[Mapping[str, Any]]) -> Members:
+    """A family index over a snapshot of Subscriptions (what the controller keeps live)."""
+    index: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for obj in objs:
+        root = root_of(obj)
+        if root:
+            index[root].append(obj)
+
+    def members(root: str) -> list[Mapping[str, Any]]:
+        return list(index.get(root, ()))
+
+    return members
+
+
+Children = Callable[[refs.Key], Iterable[Mapping[str, Any]]]
+"""The Subscriptions whose `spec.parent` names the given key (the parent index)."""
+
+
+def children_from(objs: Iterable[Mapping[str, Any]]) -> Children:
+    """A parent index over a snapshot of Subscriptions.
+
+    The family index alone cannot wake a child waiting on its parent: stamping follows the
+    parent gate, so such a child carries no root yet and belongs to no family.
+    """
+    index: dict[refs.Key, list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for obj in objs:
+        up = parent_key(obj)
+        if up is not None:
+            index[up].append(obj)
+
+    def children(key: refs.Key) -> list[Mapping[str, Any]]:
+        return list(index.get(key, ()))
+
+    return children

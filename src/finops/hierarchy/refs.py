@@ -1,0 +1,104 @@
+"""Identities and lookups shared by the Offering and Subscription decisions.
+
+References in this API always carry an explicit namespace, so an object is named by
+`(namespace, name)` everywhere, printed as `namespace/name` in messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
+
+from finops.kube import conditions
+
+
+class Key(NamedTuple):
+    """An object's namespace and name."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadError:
+    """A read that failed for a reason other than "not found" (transient; retried)."""
+
+    message: str
+
+
+Observed = Mapping[str, Any] | ReadError | None
+"""The result of reading one object: the body, a failed read, or None for not found."""
+
+Lookup = Callable[[Key], Observed]
+"""How a decision reads other objects by key (usually the watch cache)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    """A Kubernetes Event the reconciler should record on the object it decided about."""
+
+    type: str
+    reason: str
+    message: str
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return Key(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def ref_key(ref: object) -> Key | None:
+    """The key a `{name, namespace}` reference names, or None when it is absent or empty."""
+    if not isinstance(ref, Mapping) or not ref.get("name"):
+        return None
+    return Key(str(ref.get("namespace") or ""), str(ref["name"]))
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def generation_of(obj: Mapping[str, Any]) -> int | None:
+    value = (obj.get("metadata") or {}).get("generation")
+    return value if isinstance(value, int) else None
+
+
+def status_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    status = obj.get("status")
+    return status if isinstance(status, Mapping) else {}
+
+
+def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def is_deleting(obj: Mapping[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def is_ready(obj: Mapping[str, Any]) -> bool:
+    """`status.ready` is the string "True" (the printer column every gate reads)."""
+    return str(status_of(obj).get("ready", "")) == "True"
+
+
+def timestamp(now: dt.datetime) -> str:
+    """`now` as metav1.Time serialises it (aware UTC required)."""
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    return conditions.rfc3339(now)
+
+
+def lookup_from(objs: Iterable[Mapping[str, Any]]) -> Lookup:
+    """A lookup over a snapshot of objects (a cache, or a test's cluster)."""
+    table = {key_of(o): o for o in objs}
+    return table.get
+
+
+def joined(keys: Iterable[Key]) -> str:
+    return ", ".join(str(k) for k in keys)

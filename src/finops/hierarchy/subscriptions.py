@@ -1,0 +1,518 @@
+"""Subscription decisions: the four gates, activation, terminal deactivation, the delete path.
+
+One pass, in order (the first failure wins and is the only reason shown):
+
+0. a deactivated Subscription is never re-validated; deletion only relabels its cause;
+1. a Subscription being deleted is deactivated (`MarkedForDeletion`) and waits for the charge
+   job (`Deleting=False WaitingForCollectionJob`);
+2. self-references in the spec (`CircularDependencyDetected`, `TargetIsSelfReference`);
+3. the Offering gate, 4. the parent gate (then `status.compatibilityRoot` is stamped once),
+5. the compatibility gate, 6. the target gate;
+7. activation (`activatedAt` written once), or `Orphaned` for an active Subscription that
+   outlived its parent under an `Orphan` policy.
+
+A failing gate holds a Subscription at `Ready=False` and leaves an active one billing. Three
+gates can also end an active one, terminally: a parent that is gone or deactivated (under the
+effective `Deactivate` policy), coverage that went away, a target that is genuinely missing.
+Deactivation writes `deactivatedAt`, `Active=False` with the cause and `Ready=False` with
+`ValidationSucceeded`. Failed reads (`ValidationError`) hold and ask for a retry; they never end
+a Subscription.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from finops.api import models
+from finops.hierarchy import family, offerings, refs
+from finops.hierarchy.reasons import ConditionType, EventType, Reason
+from finops.kube import conditions
+
+FINALIZER = "subscriptions.finops.stakater.com/finalizer"
+DEACTIVATE = "Deactivate"
+ORPHAN = "Orphan"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+# ---------------------------------------------------------------- target
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TargetRef:
+    """`spec.lifecycle.targetRef`: what the target gate fetches with a plain GET."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+
+    @property
+    def complete(self) -> bool:
+        """A GET needs an apiVersion, a kind and a name (no namespace: cluster-scoped)."""
+        return bool(self.api_version and self.kind and self.name)
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.api_version} {self.kind} {where}"
+
+
+def target_ref(sub: Mapping[str, Any]) -> TargetRef | None:
+    lifecycle = refs.spec_of(sub).get("lifecycle") or {}
+    ref = lifecycle.get("targetRef") if isinstance(lifecycle, Mapping) else None
+    if not isinstance(ref, Mapping):
+        return None
+    return TargetRef(
+        api_version=str(ref.get("apiVersion") or ""),
+        kind=str(ref.get("kind") or ""),
+        name=str(ref.get("name") or ""),
+        namespace=str(ref.get("namespace") or ""),
+    )
+
+
+def targets_itself(sub: Mapping[str, Any], namespace: str | None = None) -> bool:
+    """The targetRef names this very Subscription: name, namespace, kind and API version."""
+    ref = target_ref(sub)
+    if ref is None:
+        return False
+    me = refs.key_of(sub)
+    return (
+        ref.kind == models.Subscription.kind_name
+        and ref.api_version == models.API_VERSION
+        and ref.name == me.name
+        and ref.namespace == (me.namespace if namespace is None else namespace)
+    )
+
+
+def names_itself_as_parent(sub: Mapping[str, Any], namespace: str | None = None) -> bool:
+    me = refs.key_of(sub)
+    if namespace is not None:
+        me = refs.Key(namespace, me.name)
+    return family.parent_key(sub) == me
+
+
+class Target(enum.StrEnum):
+    """What the plain GET of the target found."""
+
+    FOUND = "Found"
+    NOT_FOUND = "NotFound"
+
+
+TargetObserved = Target | refs.ReadError | None
+"""The GET's result; None when it was not made (no targetRef)."""
+
+
+# ---------------------------------------------------------------- onParentDeactivate
+
+
+def _owns_policy(fields: object) -> bool:
+    node = fields
+    for step in ("f:spec", "f:lifecycle", "f:onParentDeactivate"):
+        if not isinstance(node, Mapping) or step not in node:
+            return False
+        node = node[step]
+    return True
+
+
+def _client_sent_policy(sub: Mapping[str, Any]) -> bool | None:
+    """Whether a client wrote `lifecycle.onParentDeactivate`, as far as the object tells.
+
+    The CRD defaults the field whenever `lifecycle` is present, so the stored value alone
+    cannot say. `kubectl apply`'s last-applied annotation holds exactly what was applied;
+    server-side apply owns only what was sent. A plain create or update owns defaulted fields
+    too, so it cannot tell (None).
+    """
+    meta = sub.get("metadata") or {}
+    last = (meta.get("annotations") or {}).get(LAST_APPLIED)
+    if last:
+        try:
+            applied = json.loads(last)
+        except ValueError:
+            applied = None
+        if isinstance(applied, Mapping):
+            lifecycle = (applied.get("spec") or {}).get("lifecycle") or {}
+            return isinstance(lifecycle, Mapping) and "onParentDeactivate" in lifecycle
+    entries = [
+        e
+        for e in meta.get("managedFields") or ()
+        if isinstance(e, Mapping) and not e.get("subresource")
+    ]
+    if any(e.get("operation") == "Apply" and _owns_policy(e.get("fieldsV1")) for e in entries):
+        return True
+    if any(_owns_policy(e.get("fieldsV1")) for e in entries):
+        return None
+    return False if entries else None
+
+
+def explicit_on_parent_deactivate(sub: Mapping[str, Any]) -> str | None:
+    """The Subscription's own policy when it set one on purpose, else None (DESIGN §2.5).
+
+    A `lifecycle` block holding only `targetRef` sets nothing. `Orphan` is never a default, so
+    it is always explicit; a stored `Deactivate` counts only when the object shows a client
+    sent it.
+    """
+    lifecycle = refs.spec_of(sub).get("lifecycle")
+    if not isinstance(lifecycle, Mapping) or not lifecycle.get("onParentDeactivate"):
+        return None
+    value = str(lifecycle["onParentDeactivate"])
+    sent = _client_sent_policy(sub)
+    if sent is None:
+        return value if value != DEACTIVATE else None
+    return value if sent else None
+
+
+def effective_on_parent_deactivate(
+    sub: Mapping[str, Any], offering: Mapping[str, Any] | None
+) -> str:
+    """The Subscription's explicit value, else the Offering's, else `Deactivate`; an Offering
+    with `allowOverride: false` always decides."""
+    lifecycle = refs.spec_of(offering or {}).get("lifecycle") or {}
+    offered = str(lifecycle.get("onParentDeactivate") or DEACTIVATE)
+    if lifecycle.get("allowOverride") is False:
+        return offered
+    return explicit_on_parent_deactivate(sub) or offered
+
+
+# ---------------------------------------------------------------- the gates
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Hold:
+    reason: Reason
+    message: str
+    retry: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _End:
+    reason: Reason
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Pass:
+    orphaned: str = ""
+    """Why the parent is gone, when an active Subscription outlived it as an orphan."""
+
+
+def _error(what: str, key: object, failure: refs.ReadError) -> _Hold:
+    return _Hold(Reason.VALIDATION_ERROR, f"reading {what} {key}: {failure.message}", True)
+
+
+def _gates(
+    sub: Mapping[str, Any],
+    *,
+    offering: refs.Observed,
+    lookup: refs.Lookup,
+    members: family.Members,
+    target: TargetObserved,
+) -> tuple[_Hold | _End | _Pass, str | None]:
+    """The verdict of the gates, and the root to stamp (None when not resolved)."""
+    me = refs.key_of(sub)
+    active = family.is_active(sub)
+    root = family.root_of(sub)
+    if names_itself_as_parent(sub):
+        return _Hold(
+            Reason.CIRCULAR_DEPENDENCY_DETECTED,
+            f"spec.parent.subscriptionRef names this subscription ({me})",
+        ), root
+    if targets_itself(sub):
+        return _Hold(
+            Reason.TARGET_IS_SELF_REFERENCE, f"lifecycle.targetRef names this subscription ({me})"
+        ), root
+
+    # The Offering gate.
+    offering_key = family.offering_key(sub)
+    if isinstance(offering, refs.ReadError):
+        return _error("offering", offering_key, offering), root
+    if offering is None:
+        return _Hold(Reason.OFFERING_NOT_FOUND, f"offering {offering_key} not found"), root
+    if not refs.is_ready(offering):
+        return _Hold(Reason.OFFERING_NOT_READY, f"offering {offering_key} is not ready"), root
+
+    # The parent gate.
+    orphaned = ""
+    parent_key = family.parent_key(sub)
+    if parent_key is not None:
+        parent = lookup(parent_key)
+        if isinstance(parent, refs.ReadError):
+            return _error("parent subscription", parent_key, parent), root
+        gone = ""
+        if parent is None:
+            gone = f"parent subscription {parent_key} no longer exists"
+        elif family.is_deactivated(parent):
+            gone = f"parent subscription {parent_key} was deactivated"
+        if gone and not active:
+            if parent is None:
+                return _Hold(
+                    Reason.PARENT_SUBSCRIPTION_NOT_FOUND,
+                    f"parent subscription {parent_key} not found",
+                ), root
+            return _Hold(
+                Reason.PARENT_SUBSCRIPTION_DEACTIVATED,
+                f"parent subscription {parent_key} is deactivated",
+            ), root
+        if gone:
+            if effective_on_parent_deactivate(sub, offering) != ORPHAN:
+                return _End(Reason.PARENT_DEACTIVATED, gone), root
+            orphaned = gone
+        elif parent is not None and not refs.is_ready(parent):
+            return _Hold(
+                Reason.PARENT_SUBSCRIPTION_NOT_READY,
+                f"parent subscription {parent_key} is not ready",
+            ), root
+
+    # Stamp the family root once, between the parent gate and coverage.
+    if root is None:
+        resolved = family.resolve_root(sub, lookup)
+        if resolved.uid is None:
+            return _Hold(
+                Reason.VALIDATION_ERROR,
+                f"cannot resolve status.compatibilityRoot: {resolved.problem}",
+                True,
+            ), None
+        root = resolved.uid
+
+    # The compatibility gate.
+    missing = family.uncovered(sub, offerings.requirements(offering), members(root))
+    if missing is not None:
+        if active:
+            return _End(
+                Reason.COMPATIBILITY_REQUIREMENT_NOT_MET, family.coverage_message(missing)
+            ), root
+        return _Hold(
+            Reason.COMPATIBILITY_REQUIREMENT_NOT_MET, family.coverage_message(missing)
+        ), root
+
+    # The target gate.
+    ref = target_ref(sub)
+    if ref is not None:
+        if not ref.complete:
+            return _Hold(
+                Reason.TARGET_NOT_FOUND,
+                f"lifecycle.targetRef ({ref}) needs apiVersion, kind and name",
+            ), root
+        if isinstance(target, refs.ReadError):
+            return _error("target", ref, target), root
+        if target is None:
+            return _Hold(Reason.VALIDATION_ERROR, f"target {ref} was not read", True), root
+        if target is Target.NOT_FOUND:
+            if active:
+                return _End(Reason.TARGET_NOT_FOUND, f"target {ref} was deleted"), root
+            return _Hold(Reason.TARGET_NOT_FOUND, f"target {ref} not found"), root
+    return _Pass(orphaned), root
+
+
+# ---------------------------------------------------------------- one pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SubscriptionPlan:
+    """What one reconcile of a Subscription writes, and what happened."""
+
+    status: dict[str, Any]
+    changed: bool
+    reason: Reason | None
+    """The decisive reason: the holding gate's, the activation's, or the deactivation cause
+    (None for a deactivated Subscription that is left alone)."""
+    message: str
+    activated: bool
+    """`activatedAt` was written in this pass."""
+    deactivated: bool
+    """`deactivatedAt` was written in this pass."""
+    retry: bool
+    """A read failed: requeue with backoff."""
+    events: tuple[refs.Event, ...]
+
+
+class _Writer:
+    """Accumulates one pass's status changes on a copy of the current status."""
+
+    def __init__(self, sub: Mapping[str, Any], now: dt.datetime) -> None:
+        self.current = refs.status_of(sub)
+        self.status: dict[str, Any] = dict(self.current)
+        self.conds: list[dict[str, Any]] = list(self.current.get("conditions") or ())
+        self.generation = refs.generation_of(sub)
+        self.now = now
+        self.events: list[refs.Event] = []
+
+    def condition(self, type_: ConditionType, status: str, reason: Reason, message: str) -> None:
+        self.conds = conditions.set_condition(
+            self.conds,
+            conditions.Condition(type_, status, reason, message),
+            generation=self.generation,
+            now=self.now,
+        )
+
+    def condition_reason(self, type_: ConditionType) -> str | None:
+        found = conditions.find(self.conds, type_)
+        return None if found is None else str(found.get("reason"))
+
+    def deactivate(self, reason: Reason, message: str) -> None:
+        self.status["deactivatedAt"] = refs.timestamp(self.now)
+        self.status["ready"] = "False"
+        self.condition(
+            ConditionType.READY,
+            "False",
+            Reason.VALIDATION_SUCCEEDED,
+            "deactivated; the Active condition names the cause",
+        )
+        self.condition(ConditionType.ACTIVE, "False", reason, message)
+        kind = EventType.NORMAL if reason is Reason.MARKED_FOR_DELETION else EventType.WARNING
+        self.events.append(refs.Event(kind, "Deactivated", f"{reason}: {message}"))
+
+    def waiting_for_collection(self) -> None:
+        self.condition(
+            ConditionType.DELETING,
+            "False",
+            Reason.WAITING_FOR_COLLECTION_JOB,
+            "waiting for a SubscriptionChargeCollection run to release the finalizer",
+        )
+
+    def plan(
+        self,
+        reason: Reason | None,
+        message: str,
+        *,
+        activated: bool = False,
+        deactivated: bool = False,
+        retry: bool = False,
+    ) -> SubscriptionPlan:
+        self.status["conditions"] = self.conds
+        return SubscriptionPlan(
+            status=self.status,
+            changed=self.status != dict(self.current),
+            reason=reason,
+            message=message,
+            activated=activated,
+            deactivated=deactivated,
+            retry=retry,
+            events=tuple(self.events),
+        )
+
+
+def plan(
+    sub: Mapping[str, Any],
+    *,
+    offering: refs.Observed,
+    lookup: refs.Lookup,
+    members: family.Members,
+    target: TargetObserved = None,
+    now: dt.datetime,
+) -> SubscriptionPlan:
+    """The desired status of one Subscription.
+
+    `offering` is the Offering `spec.offeringRef` names, as read; `lookup` reads other
+    Subscriptions (the parent, and ancestors while resolving the root); `members` is the family
+    index; `target` is the result of the plain GET of `lifecycle.targetRef`, when it has one.
+    """
+    out = _Writer(sub, now)
+    deleting = refs.is_deleting(sub)
+
+    if family.is_deactivated(sub):
+        if not deleting:
+            return out.plan(None, "deactivated; never re-validated")
+        if out.condition_reason(ConditionType.ACTIVE) != Reason.MARKED_FOR_DELETION:
+            earlier = out.condition_reason(ConditionType.ACTIVE)
+            note = f" (deactivated earlier: {earlier})" if earlier else ""
+            out.condition(
+                ConditionType.ACTIVE,
+                "False",
+                Reason.MARKED_FOR_DELETION,
+                f"subscription is being deleted{note}",
+            )
+        out.waiting_for_collection()
+        return out.plan(Reason.MARKED_FOR_DELETION, "subscription is being deleted")
+
+    if deleting:
+        message = "subscription is being deleted"
+        out.deactivate(Reason.MARKED_FOR_DELETION, message)
+        out.waiting_for_collection()
+        return out.plan(Reason.MARKED_FOR_DELETION, message, deactivated=True)
+
+    verdict, root = _gates(sub, offering=offering, lookup=lookup, members=members, target=target)
+    if root is not None and family.root_of(sub) is None:
+        out.status["compatibilityRoot"] = root
+
+    if isinstance(verdict, _Hold):
+        out.status["ready"] = "False"
+        out.condition(ConditionType.READY, "False", verdict.reason, verdict.message)
+        return out.plan(verdict.reason, verdict.message, retry=verdict.retry)
+
+    if isinstance(verdict, _End):
+        out.deactivate(verdict.reason, verdict.message)
+        return out.plan(verdict.reason, verdict.message, deactivated=True)
+
+    activated = not family.is_activated(sub)
+    if activated:
+        out.status["activatedAt"] = refs.timestamp(now)
+        out.events.append(refs.Event(EventType.NORMAL, "Activated", "all activation gates passed"))
+    if verdict.orphaned:
+        reason, message = Reason.ORPHANED, f"{verdict.orphaned}; kept active as an orphan"
+        if out.condition_reason(ConditionType.ACTIVE) != Reason.ORPHANED:
+            out.events.append(refs.Event(EventType.NORMAL, "Orphaned", message))
+    else:
+        reason, message = Reason.ACTIVATION_SUCCEEDED, "all activation gates passed"
+    out.status["ready"] = "True"
+    out.condition(ConditionType.READY, "True", reason, message)
+    out.condition(ConditionType.ACTIVE, "True", reason, message)
+    return out.plan(reason, message, activated=activated)
+
+
+def needs_finalizer(sub: Mapping[str, Any]) -> bool:
+    """Added the first time the reconciler sees a live Subscription; only the charge job
+    removes it."""
+    finalizers = (sub.get("metadata") or {}).get("finalizers") or ()
+    return not refs.is_deleting(sub) and FINALIZER not in finalizers
+
+
+# ---------------------------------------------------------------- fan-out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fanout:
+    """Whom a change re-queues: every member of the family `root` (when stamped) and every
+    Subscription whose `spec.parent` names `parent` (children not stamped yet)."""
+
+    root: str | None
+    parent: refs.Key
+
+
+def fanout(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> Fanout | None:
+    """The re-queue a watch event calls for: a create, a delete (the deletion timestamp
+    appearing, or the object going away), or a flip of the activation state. Anything else,
+    such as refreshed cost buckets or a rewritten condition, re-queues nobody."""
+    if old is None and new is None:
+        return None
+    either = new if new is not None else old
+    assert either is not None
+    root = (family.root_of(new) if new is not None else None) or (
+        family.root_of(old) if old is not None else None
+    )
+    result = Fanout(root, refs.key_of(either))
+    if old is None or new is None:
+        return result
+    if refs.is_deleting(old) != refs.is_deleting(new):
+        return result
+    if family.is_active(old) != family.is_active(new):
+        return result
+    return None
+
+
+def is_routine_status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """An update that changed only status, and not the activation state: no fan-out, and
+    nothing for this object's own reconciler to do either."""
+    if old is None or new is None:
+        return False
+    return fanout(old, new) is None and refs.generation_of(old) == refs.generation_of(new)
+
+
+def requeue(change: Fanout, members: family.Members, children: family.Children) -> set[refs.Key]:
+    """The keys a fan-out reaches through the two indexes."""
+    found = {refs.key_of(m) for m in members(change.root)} if change.root else set()
+    found.update(refs.key_of(c) for c in children(change.parent))
+    return found
