@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
 import pathlib
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -329,3 +332,32 @@ def test_sharded_runs_write_the_same_rows_as_an_unsharded_run(
     assert len(whole) > 9 * 3 * 3  # several hours of every container
     assert collect("sharded") == whole
     assert len({r.params.get("filter", "") for r in server.requests}) > 1
+
+
+def test_the_operator_binary_runs_the_job_mode_as_a_process(
+    kube: controlplane.ControlPlane,
+    book: dict[str, Any],
+    costjob: dict[str, Any],
+    ledger_dsn: str,
+    opencost_captures: replay.ReplayServer,
+) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("COSTJOB_", "OPENCOST_"))},
+        **job_env(costjob, ledger_dsn, opencost_captures.url),
+        "KUBECONFIG": str(kube.kubeconfig),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "finops.operator", "--mode=cronjob"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    messages = [
+        json.loads(line)["msg"] for line in done.stderr.splitlines() if line.startswith("{")
+    ]
+    assert any(m.startswith("run succeeded") for m in messages), done.stderr
+    assert len(stored(ledger_dsn)) > 0
+    assert costjob_status(kube, costjob)["lastExecutionStatus"] == "Success"

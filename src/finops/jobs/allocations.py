@@ -52,6 +52,8 @@ class RunResult:
     rows_written: int
     finalized_stragglers: int
     pricebook_id: int
+    fetch_seconds: float = 0.0
+    write_seconds: float = 0.0
 
 
 def _missing_env(env: Mapping[str, str]) -> list[str]:
@@ -134,10 +136,19 @@ async def collect(
             meta.get("name"),
         )
         fetched: list[tuple[plan.HourWork, list[allocation.AllocationRow]]] = []
+        fetch_seconds = 0.0
         async with opencost_client.OpenCostClient(oc_config) as oc:
             for hour in work:
+                fetch_started = time.monotonic()
                 rows = await opencost_client.fetch_hour(oc, hour.start, cluster=cluster)
-                log.info("hour %s: %d allocation rows", plan.rfc3339(hour.start), len(rows))
+                took = time.monotonic() - fetch_started
+                fetch_seconds += took
+                log.info(
+                    "hour %s: %d allocation rows fetched in %.1fs",
+                    plan.rfc3339(hour.start),
+                    len(rows),
+                    took,
+                )
                 fetched.append((hour, rows))
 
         def write() -> tuple[int, int]:
@@ -164,7 +175,15 @@ async def collect(
                 )
             return book_id, written
 
+        write_started = time.monotonic()
         book_id, written = await asyncio.to_thread(write)
+        write_seconds = time.monotonic() - write_started
+        log.info(
+            "wrote %d hour(s) in one transaction: %d row(s) changed in %.1fs",
+            len(fetched),
+            written,
+            write_seconds,
+        )
 
         def finalize() -> int:
             with conn.transaction():
@@ -178,7 +197,7 @@ async def collect(
         )
     finally:
         await asyncio.to_thread(conn.close)
-    return RunResult(scheduled, work, written, stragglers, book_id)
+    return RunResult(scheduled, work, written, stragglers, book_id, fetch_seconds, write_seconds)
 
 
 async def run(
