@@ -10,23 +10,11 @@ lower-case, e.g. `deployment`), and `name` is then the controller name.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from finops.api import models
 from finops.billing import allocation
-
-
-class ResourceType(enum.StrEnum):
-    """The kinds a usage source may name (the API's enum)."""
-
-    DEPLOYMENT = "Deployment"
-    STATEFUL_SET = "StatefulSet"
-    POD = "Pod"
-    DAEMON_SET = "DaemonSet"
-    JOB = "Job"
-    CRON_JOB = "CronJob"
-    REPLICA_SET = "ReplicaSet"
 
 
 def _text(entry: Mapping[str, Any], key: str) -> str:
@@ -62,7 +50,7 @@ class UsageSource:
             return False
         if self.namespace and row.namespace != self.namespace:
             return False
-        if self.resource_type == ResourceType.POD:
+        if self.resource_type == models.ResourceType.POD:
             return not self.name or row.pod == self.name
         if self.resource_type and row.controller_kind.lower() != self.resource_type.lower():
             return False
