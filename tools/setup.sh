@@ -33,4 +33,5 @@ fi
 
 log "building (or reusing) kube-apiserver and etcd"
 tools/build-control-plane.sh >/dev/null
+tools/build-helm.sh >/dev/null
 log "ready: .venv/bin/finops --help"

@@ -1,0 +1,92 @@
+{{/* Chart name, truncated to the DNS label limit. */}}
+{{- define "finops-operator.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Full name: the release name when it already contains the chart name, else
+<release>-<chart>. Object names are built from it, as in the reference chart.
+*/}}
+{{- define "finops-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "finops-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "finops-operator.labels" -}}
+helm.sh/chart: {{ include "finops-operator.chart" . }}
+app.kubernetes.io/name: {{ include "finops-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector of the manager pods; the metrics Service and ServiceMonitors select on it. */}}
+{{- define "finops-operator.managerSelectorLabels" -}}
+control-plane: controller-manager
+app.kubernetes.io/name: {{ include "finops-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "finops-operator.managerServiceAccount" -}}
+{{- printf "%s-controller-manager" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The job pods' identity, <release>-job; the manager reads it from JOB_SERVICE_ACCOUNT. */}}
+{{- define "finops-operator.jobServiceAccount" -}}
+{{- printf "%s-job" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "finops-operator.image" -}}
+{{- $img := .Values.controllerManager.manager.image -}}
+{{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag | toString) -}}
+{{- end -}}
+
+{{- define "finops-operator.webhookService" -}}
+{{- printf "%s-webhook-service" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "finops-operator.servingCert" -}}
+{{- printf "%s-serving-cert" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Fail early on the one combination that cannot work. */}}
+{{- define "finops-operator.validate" -}}
+{{- if and .Values.certManager.enabled .Values.openshift.enabled -}}
+{{- fail "certManager.enabled and openshift.enabled are alternatives: enable one of them" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A starter CostJob. Arguments: (dict "root" $ "job" <values> "name" <suffix> "type" <type>).
+Empty timeouts are omitted; k8sOperationTimeout is the reference chart's key for
+kubernetesOperationTimeout and is rendered under the CRD's field name.
+*/}}
+{{- define "finops-operator.costJob" -}}
+{{- $job := .job -}}
+apiVersion: finops.stakater.com/v1alpha1
+kind: CostJob
+metadata:
+  name: {{ printf "%s-%s" .root.Release.Name .name | trunc 63 | trimSuffix "-" }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "finops-operator.labels" .root | nindent 4 }}
+spec:
+  type: {{ .type }}
+  interval: {{ $job.interval | quote }}
+  {{- $k8s := coalesce $job.kubernetesOperationTimeout $job.k8sOperationTimeout }}
+  {{- range $key := list "databaseInitTimeout" "openCostFetchTimeout" "databaseInsertTimeout" "databaseViewsRefreshTimeout" "statusUpdateTimeout" "httpClientTimeout" }}
+  {{- with index $job $key }}
+  {{ $key }}: {{ . | quote }}
+  {{- end }}
+  {{- end }}
+  {{- with $k8s }}
+  kubernetesOperationTimeout: {{ . | quote }}
+  {{- end }}
+{{- end -}}

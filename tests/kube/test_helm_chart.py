@@ -1,0 +1,398 @@
+"""The Helm chart lints, renders and is accepted by the real API server.
+
+Every variant the acceptance names (defaults, cert-manager off, OpenShift, MTO, starter
+resources on) is linted with `helm lint --strict`, rendered with `helm template`, and each
+rendered object is server-side applied with `dryRun=All` and strict field validation, so an
+unknown or misspelt field (the reference chart's `k8sOperationTimeout`) is an error.
+"""
+
+from __future__ import annotations
+
+import copy
+import filecmp
+import pathlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from tests.kube import _helm
+
+from finops import operator
+from finops.devenv import controlplane
+
+CRDS = _helm.REPO / "deploy" / "crds"
+CHART_CRDS = _helm.CHART / "crds"
+
+STARTERS: dict[str, Any] = {
+    "costJob": {"enabled": True, "k8sOperationTimeout": "2m", "httpClientTimeout": "45s"},
+    "chargeCollectionJob": {
+        "enabled": True,
+        "interval": "30m",
+        "kubernetesOperationTimeout": "90s",
+        "databaseViewsRefreshTimeout": "",
+    },
+    "priceBook": {
+        "enabled": True,
+        "rates": {"cpuHour": "0.031", "ramGbHour": "0.004", "gpuHour": "1.80"},
+    },
+}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "cert-manager-off": {"certManager": {"enabled": False}},
+    "openshift": {"certManager": {"enabled": False}, "openshift": {"enabled": True}},
+    "mto": {"controllerManager": {"manager": {"env": {"mtoEnabled": "true"}}}},
+    "starter-resources": STARTERS,
+    "webhooks-off": {"webhook": {"enabled": False}},
+    "gateway-placeholder": {"finopsGatewayGateway": {"enabled": True}},
+}
+
+CERT_MANAGER_CRDS = [
+    {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.cert-manager.io"},
+        "spec": {
+            "group": "cert-manager.io",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates"))
+]
+
+
+def _with_opencost_namespace(values: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """Point the OpenCost Role at a namespace that exists on the test server."""
+    out: dict[str, Any] = copy.deepcopy(values)
+    env = out.setdefault("controllerManager", {}).setdefault("manager", {}).setdefault("env", {})
+    env["opencostDeploymentNamespace"] = namespace
+    return out
+
+
+@pytest.fixture(scope="module")
+def cert_manager_crds(
+    kube: controlplane.ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Minimal, permissive cert-manager CRDs so Issuer and Certificate can be dry-run."""
+    path = tmp_path_factory.mktemp("cert-manager") / "crds.yaml"
+    path.write_text(yaml.safe_dump_all(CERT_MANAGER_CRDS))
+    kube.install_crds([path])
+    yield
+
+
+def render(
+    variant: dict[str, Any], tmp_path: pathlib.Path, namespace: str = "finops-operator-system"
+) -> list[dict[str, Any]]:
+    return _helm.template("finops-operator", namespace, variant, tmp_path)
+
+
+class TestLintAndApply:
+    @pytest.mark.parametrize("name", sorted(VARIANTS))
+    def test_chart_lints_strictly(self, name: str, tmp_path: pathlib.Path) -> None:
+        done = _helm.lint(VARIANTS[name], tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "0 chart(s) failed" in done.stdout
+
+    @pytest.mark.parametrize("name", sorted(VARIANTS))
+    def test_every_rendered_object_is_accepted_by_a_server_side_dry_run(
+        self,
+        name: str,
+        kube: controlplane.ControlPlane,
+        kube_namespace: str,
+        cert_manager_crds: None,
+        tmp_path: pathlib.Path,
+    ) -> None:
+        # A unique release keeps cluster-scoped names (ClusterRoles, webhooks) apart.
+        release = f"fo-{uuid.uuid4().hex[:6]}"
+        values = _with_opencost_namespace(VARIANTS[name], kube_namespace)
+        objects = _helm.template(release, kube_namespace, values, tmp_path)
+        assert objects, "nothing rendered"
+        refused = []
+        with kube.http() as client:
+            api = _helm.Api(client)
+            for obj in objects:
+                resp = api.apply(obj, dry_run=True)
+                if resp.status_code not in (200, 201):
+                    refused.append(f"{obj['kind']}/{obj['metadata']['name']}: {resp.text}")
+            # Nothing was stored: a dry run must leave no trace.
+            first_cluster_role = _helm.of_kind(objects, "ClusterRole")[0]
+            assert client.get(api.url(first_cluster_role)).status_code == 404
+        assert refused == []
+
+    def test_helm_install_dry_run_against_the_real_api_server_succeeds(
+        self,
+        kube: controlplane.ControlPlane,
+        kube_namespace: str,
+        cert_manager_crds: None,
+        tmp_path: pathlib.Path,
+    ) -> None:
+        """Helm's own install path (CRD check, discovery, NOTES) against the real server."""
+        values = _with_opencost_namespace(STARTERS, kube_namespace)
+        (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+        done = _helm.run_helm(
+            [
+                "install",
+                f"fo-{uuid.uuid4().hex[:6]}",
+                str(_helm.CHART),
+                "--namespace",
+                kube_namespace,
+                "--dry-run=server",
+                "--kubeconfig",
+                str(kube.kubeconfig),
+                "-f",
+                str(tmp_path / "values.yaml"),
+            ]
+        )
+        assert done.returncode == 0, done.stderr
+        assert "STATUS: pending-install" in done.stdout
+        assert f"CostJobs are scheduled only in: {kube_namespace}" in done.stdout
+
+    def test_certmanager_and_openshift_together_are_refused(self, tmp_path: pathlib.Path) -> None:
+        with pytest.raises(_helm.RenderError, match="alternatives"):
+            render({"openshift": {"enabled": True}}, tmp_path)
+
+
+class TestWebhookCertificates:
+    def test_defaults_use_cert_manager_and_inject_the_serving_certificate_ca(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        objects = render({}, tmp_path)
+        vwc = _helm.find(objects, "ValidatingWebhookConfiguration")
+        cert = _helm.find(objects, "Certificate")
+        issuer = _helm.find(objects, "Issuer")
+        service = _helm.find(objects, "Service", "finops-operator-webhook-service")
+        inject = vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        assert inject == f"{cert['metadata']['namespace']}/{cert['metadata']['name']}"
+        assert cert["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+        assert cert["spec"]["secretName"] == "webhook-server-cert"
+        svc = service["metadata"]["name"]
+        assert set(cert["spec"]["dnsNames"]) == {
+            f"{svc}.finops-operator-system.svc",
+            f"{svc}.finops-operator-system.svc.cluster.local",
+        }
+
+    def test_webhooks_point_at_the_webhook_service_and_fail_closed(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        objects = render({}, tmp_path)
+        vwc = _helm.find(objects, "ValidatingWebhookConfiguration")
+        service = _helm.find(objects, "Service", "finops-operator-webhook-service")
+        by_name = {w["name"]: w for w in vwc["webhooks"]}
+        assert set(by_name) == {"voffering-v1alpha1.kb.io", "vsubscription-v1alpha1.kb.io"}
+        expected = {
+            "voffering-v1alpha1.kb.io": (
+                "/validate-finops-stakater-com-v1alpha1-offering",
+                ["offerings"],
+                ["CREATE", "DELETE"],
+            ),
+            "vsubscription-v1alpha1.kb.io": (
+                "/validate-finops-stakater-com-v1alpha1-subscription",
+                ["subscriptions"],
+                ["CREATE"],
+            ),
+        }
+        for name, (path, resources, operations) in expected.items():
+            hook = by_name[name]
+            ref = hook["clientConfig"]["service"]
+            assert (ref["name"], ref["namespace"], ref["path"]) == (
+                service["metadata"]["name"],
+                service["metadata"]["namespace"],
+                path,
+            )
+            assert ref["port"] in {p["port"] for p in service["spec"]["ports"]}
+            assert hook["failurePolicy"] == "Fail"
+            assert hook["sideEffects"] == "None"
+            assert hook["admissionReviewVersions"] == ["v1"]
+            [rule] = hook["rules"]
+            assert (rule["resources"], rule["operations"]) == (resources, operations)
+        target_ports = {p["targetPort"] for p in service["spec"]["ports"]}
+        deployment = _helm.find(objects, "Deployment")
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert target_ports <= {p["containerPort"] for p in container["ports"]}
+
+    def test_cert_manager_off_renders_no_certificate_objects_or_injection(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        objects = render(VARIANTS["cert-manager-off"], tmp_path)
+        assert not _helm.of_kind(objects, "Issuer")
+        assert not _helm.of_kind(objects, "Certificate")
+        vwc = _helm.find(objects, "ValidatingWebhookConfiguration")
+        assert not vwc["metadata"].get("annotations")
+
+    def test_openshift_uses_service_serving_certificates(self, tmp_path: pathlib.Path) -> None:
+        objects = render(VARIANTS["openshift"], tmp_path)
+        service = _helm.find(objects, "Service", "finops-operator-webhook-service")
+        vwc = _helm.find(objects, "ValidatingWebhookConfiguration")
+        assert service["metadata"]["annotations"] == {
+            "service.beta.openshift.io/serving-cert-secret-name": "webhook-server-cert"
+        }
+        assert vwc["metadata"]["annotations"] == {
+            "service.beta.openshift.io/inject-cabundle": "true"
+        }
+        assert not _helm.of_kind(objects, "Certificate")
+
+    def test_webhooks_off_disables_them_in_the_manager_and_drops_the_configuration(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        objects = render(VARIANTS["webhooks-off"], tmp_path)
+        assert not _helm.of_kind(objects, "ValidatingWebhookConfiguration")
+        assert not _helm.of_kind(objects, "Certificate")
+        env = _manager_env(objects)
+        assert env["ENABLE_WEBHOOKS"] == {"name": "ENABLE_WEBHOOKS", "value": "false"}
+
+
+def _manager_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = _helm.find(objects, "Deployment", "finops-operator-controller-manager")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def _manager_env(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in _manager_container(objects)["env"]}
+
+
+class TestManagerDeployment:
+    def test_manager_environment_follows_the_values(self, tmp_path: pathlib.Path) -> None:
+        objects = render(
+            {"imagePullSecrets": [{"name": "registry"}], "secrets": {"postgres": "pg"}},
+            tmp_path,
+            namespace="ops",
+        )
+        env = _manager_env(objects)
+        assert env["POSTGRES_CONNECTION_STRING"]["valueFrom"]["secretKeyRef"] == {
+            "name": "pg",
+            "key": "POSTGRES_CONNECTION_STRING",
+        }
+        assert env["OPENCOST_CONNECTION_STRING"]["valueFrom"]["secretKeyRef"] == {
+            "name": "finops-operator-opencost-config",
+            "key": "OPENCOST_CONNECTION_STRING",
+        }
+        assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+        assert env["COSTJOB_ALLOWED_NAMESPACES"]["value"] == "ops"
+        assert env["MTO_ENABLED"]["value"] == "false"
+        assert yaml.safe_load(env["IMAGE_PULL_SECRETS"]["value"]) == [{"name": "registry"}]
+        job_sa = _helm.find(objects, "ServiceAccount", "finops-operator-job")
+        assert env["JOB_SERVICE_ACCOUNT"]["value"] == job_sa["metadata"]["name"]
+        container = _manager_container(objects)
+        assert env["OPERATOR_IMAGE"]["value"] == container["image"]
+
+    def test_mto_mode_sets_the_flag_and_grants_the_opencost_resource(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        def opencost_grants(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            role = _helm.find(objects, "Role", "finops-operator-opencost-role")
+            return [r for r in role["rules"] if "opencosts" in r["resources"]]
+
+        mto = render(VARIANTS["mto"], tmp_path)
+        assert _manager_env(mto)["MTO_ENABLED"]["value"] == "true"
+        assert opencost_grants(mto) and opencost_grants(mto)[0]["verbs"] == ["get", "list", "patch"]
+        assert opencost_grants(render({}, tmp_path)) == []
+
+    def test_probes_leader_election_and_metrics_port(self, tmp_path: pathlib.Path) -> None:
+        objects = render({}, tmp_path)
+        container = _manager_container(objects)
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8081}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8081}
+        assert "--leader-elect" in container["args"]
+        assert "--health-probe-bind-address=:8081" in container["args"]
+        metrics = _helm.find(
+            objects, "Service", "finops-operator-controller-manager-metrics-service"
+        )
+        [port] = metrics["spec"]["ports"]
+        assert (port["name"], port["port"]) == ("https", 8443)
+        assert f"--metrics-bind-address=:{port['targetPort']}" in container["args"]
+        deployment = _helm.find(objects, "Deployment")
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert metrics["spec"]["selector"] == selector
+        assert metrics["metadata"]["labels"]["control-plane"] == "controller-manager"
+
+    def test_manager_args_are_understood_by_the_operator_binary(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        container = _manager_container(render({}, tmp_path))
+        args = operator.build_parser().parse_args(container["args"])
+        assert args.mode == "controller"
+        assert args.leader_elect
+        assert args.health_probe_bind_address == ":8081"
+        mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["webhook-certs"]
+        assert args.webhook_cert_path == mount
+
+    def test_manager_pod_passes_the_restricted_pod_security_standard(
+        self, kube: controlplane.ControlPlane, tmp_path: pathlib.Path
+    ) -> None:
+        namespace = f"psa-{uuid.uuid4().hex[:8]}"
+        kube.create_namespace(namespace, {"pod-security.kubernetes.io/enforce": "restricted"})
+        deployment = _helm.find(render({}, tmp_path, namespace=namespace), "Deployment")
+        pod_spec = deployment["spec"]["template"]["spec"]
+
+        def pod(spec: dict[str, Any]) -> dict[str, Any]:
+            meta = {"name": "manager", "namespace": namespace}
+            return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+        url = f"/api/v1/namespaces/{namespace}/pods"
+        bare = {"containers": [{"name": "manager", "image": "finops-operator:0.1.0"}]}
+        with kube.http() as client:
+            refused = client.post(url, json=pod(bare), params={"dryRun": "All"})
+            accepted = client.post(url, json=pod(pod_spec), params={"dryRun": "All"})
+        assert refused.status_code == 403, "the namespace does not enforce the standard"
+        assert accepted.status_code == 201, accepted.text
+
+
+class TestStarterResources:
+    def test_starter_resources_are_off_by_default(self, tmp_path: pathlib.Path) -> None:
+        objects = render({}, tmp_path)
+        assert not _helm.of_kind(objects, "CostJob")
+        assert not _helm.of_kind(objects, "PriceBook")
+
+    def test_starter_pricebook_is_pinned_by_the_annotation_and_omits_empty_rates(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        objects = render(STARTERS, tmp_path)
+        book = _helm.find(objects, "PriceBook", "finops-operator-default-pricing")
+        assert book["metadata"]["annotations"] == {"finops.stakater.com/active": "true"}
+        assert "finops.stakater.com/active" not in book["metadata"]["labels"]
+        assert book["spec"]["rates"] == STARTERS["priceBook"]["rates"]
+        assert (book["spec"]["currency"], book["spec"]["valuationMode"]) == ("USD", "currency")
+
+    def test_starter_costjobs_render_kubernetes_operation_timeout_and_omit_empty_ones(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        objects = render(STARTERS, tmp_path)
+        scraping = _helm.find(objects, "CostJob", "finops-operator-daily-scraping-job")
+        charges = _helm.find(objects, "CostJob", "finops-operator-charge-collection-job")
+        assert scraping["spec"] == {
+            "type": "ResourceCostCollection",
+            "interval": "1h",
+            "kubernetesOperationTimeout": "2m",
+            "httpClientTimeout": "45s",
+        }
+        assert charges["spec"] == {
+            "type": "SubscriptionChargeCollection",
+            "interval": "30m",
+            "kubernetesOperationTimeout": "90s",
+        }
+
+
+class TestChartCrds:
+    def test_chart_crds_are_copies_of_the_generated_crds(self) -> None:
+        generated = sorted(p.name for p in CRDS.glob("*.yaml"))
+        shipped = sorted(p.name for p in CHART_CRDS.glob("*.yaml"))
+        assert shipped == generated, "run tools/sync-chart-crds.sh"
+        _, mismatch, errors = filecmp.cmpfiles(CRDS, CHART_CRDS, generated, shallow=False)
+        assert (mismatch, errors) == ([], []), "run tools/sync-chart-crds.sh"
+        assert not any(p.is_symlink() for p in CHART_CRDS.iterdir())
