@@ -46,20 +46,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch to the selected mode; modes not built yet say so and exit 2."""
+    """Dispatch to the selected mode (controller, or one of the two one-shot jobs)."""
     args = build_parser().parse_args(argv)
     if args.mode == "controller":
         from finops.controller import app
 
         return app.main(args)
-    if args.mode == "cronjob":
-        from finops import logs
-        from finops.jobs import allocations
+    from finops import logs
+    from finops.jobs import allocations, charges
 
-        logs.configure()
+    logs.configure()
+    if args.mode == "cronjob":
         return allocations.main()
-    print(f"finops-operator: --mode={args.mode} is not implemented yet", file=sys.stderr)
-    return 2
+    return charges.main()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,11 +27,13 @@ _RETRY_CODES = (409, 422)
 LIST_CHUNK = 500
 
 
-async def list_subscriptions(client: AsyncClient) -> list[dict[str, Any]]:
-    """Every Subscription of the cluster, in pages."""
+async def list_subscriptions(client: AsyncClient, namespace: str = "*") -> list[dict[str, Any]]:
+    """Every Subscription of the cluster (or of one namespace), in pages."""
     return [
         kube_client.to_dict(o)
-        async for o in client.list(resources.Subscription, namespace="*", chunk_size=LIST_CHUNK)
+        async for o in client.list(
+            resources.Subscription, namespace=namespace, chunk_size=LIST_CHUNK
+        )
     ]
 
 

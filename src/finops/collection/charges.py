@@ -1,0 +1,380 @@
+"""What a charge collection run decides, as pure functions of observed state and the pinned hour.
+
+The `collectionjob` run (see `finops.jobs.charges`) reads Subscriptions, Offerings and the
+ledger, then asks this module: which hours does this Subscription need charged, which charge
+rows do they produce and which of them are final, what do the three `status.costs` buckets say,
+and may the finalizer go. Nothing here reads a clock, the API or the database.
+
+Rules kept here (and why):
+- A Subscription is charged from the hour holding `activatedAt`, or from the hour after its
+  watermark, through the scheduled hour `H`. Hours before `H` are the finalized pass; `H` itself
+  is the hour in progress and is always written `finalized=false`.
+- Billing ends: after deactivation no hour later than the last chargeable one is visited, so
+  a deactivated Subscription that stays in the cluster stops growing the ledger.
+- The fee writes one row per hour, zero hours included (that is what moves the watermark);
+  usage writes a row only for an (hour, meter) that measured something. A usage hour at or
+  after the cluster's allocation boundary is written `finalized=false` and recomputed later.
+- The finalizer goes only when the Subscription is deactivated, `minPeriods` ticks have passed
+  by `H`, the last chargeable hour is finalized (before `H`, and before the allocation boundary
+  when usage is billed) and nothing failed for it in this run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from finops.billing import buckets, fees, sources, ticks, usage
+
+FINALIZER = "subscriptions.finops.stakater.com/finalizer"
+HOUR = ticks.HOUR
+_ONE_MICROSECOND = dt.timedelta(microseconds=1)
+# Storage precision of a usage quantity (the ledger's `numeric`); amounts are exact micros.
+QUANTITY_PLACES = 12
+
+
+class TermsError(ValueError):
+    """A Subscription or Offering whose billing terms cannot be read; the Subscription is held."""
+
+
+def parse_time(value: object) -> dt.datetime | None:
+    """An RFC 3339 status timestamp as aware UTC; None when absent."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):
+        return ticks.utc(value)
+    if not isinstance(value, str):
+        raise TermsError(f"timestamp must be a string, got {value!r}")
+    try:
+        parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise TermsError(f"timestamp {value!r} is not RFC 3339") from None
+    if parsed.tzinfo is None:
+        raise TermsError(f"timestamp {value!r} has no timezone")
+    return ticks.utc(parsed)
+
+
+@dataclasses.dataclass(frozen=True)
+class SubscriptionState:
+    """The parts of a Subscription object a collection run reads."""
+
+    uid: str
+    namespace: str
+    name: str
+    generation: int
+    resource_version: str
+    spec: Mapping[str, Any]
+    activated_at: dt.datetime | None
+    deactivated_at: dt.datetime | None
+    deleting: bool
+    finalizers: tuple[str, ...]
+    offering_namespace: str
+    offering_name: str
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> SubscriptionState:
+        """Read a raw Subscription body; a malformed timestamp raises `TermsError`."""
+        meta: Mapping[str, Any] = obj.get("metadata") or {}
+        spec: Mapping[str, Any] = obj.get("spec") or {}
+        status: Mapping[str, Any] = obj.get("status") or {}
+        ref: Mapping[str, Any] = spec.get("offeringRef") or {}
+        return cls(
+            uid=str(meta.get("uid", "")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            generation=int(meta.get("generation") or 0),
+            resource_version=str(meta.get("resourceVersion", "")),
+            spec=spec,
+            activated_at=parse_time(status.get("activatedAt")),
+            deactivated_at=parse_time(status.get("deactivatedAt")),
+            deleting=bool(meta.get("deletionTimestamp")),
+            finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+            offering_namespace=str(ref.get("namespace", "")),
+            offering_name=str(ref.get("name", "")),
+        )
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, for logs."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Terms:
+    """One Subscription's billing terms: the fee calculator and the usage calculators' inputs."""
+
+    fee: fees.FeeSchedule | None
+    pricing: usage.UsagePricing
+    sources: tuple[sources.UsageSource, ...]
+    interval: usage.ActiveInterval
+
+    @property
+    def bills_usage(self) -> bool:
+        """Usage is billed only when the Subscription declares sources and the Offering prices
+        at least one usage meter."""
+        return bool(self.sources) and bool(self.pricing)
+
+    @property
+    def deactivated_at(self) -> dt.datetime | None:
+        return self.interval.deactivated_at
+
+    def last_hour(self) -> dt.datetime | None:
+        """The last hour that can carry a charge (None while active).
+
+        The later of the fee's last billable hour (the snapped end can be far after the raw
+        deactivation) and the hour holding the last active instant for usage.
+        """
+        end = self.interval.deactivated_at
+        if end is None:
+            return None
+        last = ticks.floor_hour(max(end - _ONE_MICROSECOND, self.interval.activated_at))
+        if self.fee is not None:
+            billable = self.fee.last_billable_hour()
+            if billable is not None and billable > last:
+                last = billable
+        return last
+
+    def settle_hour(self) -> dt.datetime | None:
+        """The hour that must be finalized before the finalizer may go (None while active):
+        the hour holding `deactivatedAt`, or the fee's last billable hour when later."""
+        end = self.interval.deactivated_at
+        if end is None:
+            return None
+        need = ticks.floor_hour(end)
+        if self.fee is not None:
+            billable = self.fee.last_billable_hour()
+            if billable is not None and billable > need:
+                need = billable
+        return need
+
+
+def terms_for(sub: SubscriptionState, offering_spec: Mapping[str, Any]) -> Terms:
+    """Build the calculators of an activated Subscription; bad terms raise `TermsError`."""
+    if sub.activated_at is None:
+        raise TermsError(f"subscription {sub.key} has not activated")
+    try:
+        fee_spec = fees.FeeSpec.from_offering_spec(offering_spec)
+        pricing = usage.UsagePricing.from_offering_spec(offering_spec)
+        declared = sources.from_subscription_spec(sub.spec)
+    except ValueError as exc:
+        raise TermsError(f"subscription {sub.key}: {exc}") from None
+    schedule = None if fee_spec is None else fee_spec.schedule(sub.activated_at, sub.deactivated_at)
+    return Terms(
+        fee=schedule,
+        pricing=pricing,
+        sources=tuple(s for s in declared if not s.is_empty()),
+        interval=usage.ActiveInterval(sub.activated_at, sub.deactivated_at),
+    )
+
+
+def charge_window(
+    terms: Terms, watermark: dt.datetime | None, scheduled: dt.datetime
+) -> tuple[dt.datetime, dt.datetime] | None:
+    """The hours `[start, end)` this run charges: after the watermark (or from the activation
+    hour), through the scheduled hour, never past the last chargeable hour. None when empty."""
+    scheduled = ticks.floor_hour(scheduled)
+    start = ticks.floor_hour(terms.interval.activated_at)
+    if watermark is not None:
+        start = max(start, ticks.floor_hour(watermark) + HOUR)
+    end = scheduled + HOUR
+    last = terms.last_hour()
+    if last is not None:
+        end = min(end, last + HOUR)
+    return (start, end) if start < end else None
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedCharge:
+    """One charge row before the run stamps cluster, currency and version ids on it."""
+
+    hour: dt.datetime
+    source: str
+    quantity: Decimal
+    unit_price_micros: int
+    amount_micros: int
+    finalized: bool
+
+
+def fee_charges(
+    fee: fees.FeeSchedule, window: tuple[dt.datetime, dt.datetime], scheduled: dt.datetime
+) -> list[PlannedCharge]:
+    """One `subscription` row per hour of the window, zero hours included.
+
+    The quantity is the number of tick boundaries the hour closes and the unit price is
+    `priceMicros`; the amount is the fee's own (a prorated opening tick costs less than one
+    unit price). Hours before the scheduled hour are final; the fee needs no allocations.
+    """
+    anchor = ticks.floor_hour(scheduled)
+    rows: list[PlannedCharge] = []
+    for hour, amount in fee.hourly(*window):
+        closed = fee.billed_ticks(hour + HOUR) - fee.billed_ticks(hour)
+        rows.append(
+            PlannedCharge(
+                hour=hour,
+                source=usage.Meter.SUBSCRIPTION.value,
+                quantity=Decimal(closed),
+                unit_price_micros=fee.spec.price_micros,
+                amount_micros=amount,
+                finalized=hour < anchor,
+            )
+        )
+    return rows
+
+
+def usage_final(hour: dt.datetime, scheduled: dt.datetime, boundary: dt.datetime | None) -> bool:
+    """A usage hour is final once it is before the scheduled hour and before the allocation
+    boundary (the earliest hour whose allocations may still change)."""
+    return hour < ticks.floor_hour(scheduled) and (boundary is None or hour < boundary)
+
+
+def usage_rows(
+    terms: Terms,
+    rows: Iterable[usage.PricedRow],
+    window: tuple[dt.datetime, dt.datetime],
+    scheduled: dt.datetime,
+    boundary: dt.datetime | None,
+) -> list[PlannedCharge]:
+    """One row per (hour, meter) of the window that measured something, via the billing core."""
+    if not terms.bills_usage:
+        return []
+    start, end = window
+    inside = [r for r in rows if start <= r.row.hour < end]
+    return [
+        PlannedCharge(
+            hour=charge.hour,
+            source=charge.source,
+            quantity=charge.quantity_decimal(QUANTITY_PLACES),
+            unit_price_micros=charge.unit_price_micros(),
+            amount_micros=charge.amount_micros,
+            finalized=usage_final(charge.hour, scheduled, boundary),
+        )
+        for charge in usage.usage_charges(terms.pricing, terms.sources, inside, terms.interval)
+    ]
+
+
+def plan_charges(
+    terms: Terms,
+    window: tuple[dt.datetime, dt.datetime] | None,
+    rows: Iterable[usage.PricedRow],
+    scheduled: dt.datetime,
+    boundary: dt.datetime | None,
+) -> list[PlannedCharge]:
+    """Every row one Subscription's window produces: fee rows, then usage rows."""
+    if window is None:
+        return []
+    planned = [] if terms.fee is None else fee_charges(terms.fee, window, scheduled)
+    planned.extend(usage_rows(terms, rows, window, scheduled, boundary))
+    return planned
+
+
+# ---------------------------------------------------------------- status.costs
+
+
+class CostsReason(enum.StrEnum):
+    """`CostsResolved` reasons: where a bucket's `current` came from."""
+
+    FROM_DB = "FromDB"
+    FROM_CALCULATOR = "FromCalculator"
+
+
+COSTS_RESOLVED = "CostsResolved"
+COSTS_MESSAGES: dict[CostsReason, str] = {
+    CostsReason.FROM_DB: "Status.Costs resolved from DBCostSummary",
+    CostsReason.FROM_CALCULATOR: (
+        "Status.Costs resolved from the fee calculator: the charge ledger could not be read, "
+        "so usage is not included"
+    ),
+}
+
+
+def ledger_windows(scheduled: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
+    """Three disjoint windows whose sums rebuild all three buckets' settled usage:
+    `[month start, day start)`, `[day start, H)` and `[H, H+1h)`.
+
+    Each sum is handed to `buckets.build` as one charge placed at its window's start, which
+    lands it in exactly the buckets that contain the whole window.
+    """
+    anchor = ticks.floor_hour(scheduled)
+    day = ticks.floor_day(anchor)
+    month = ticks.floor_month(anchor)
+    return [(month, day), (day, anchor), (anchor, anchor + HOUR)]
+
+
+def settled_usage(
+    windows: Sequence[tuple[dt.datetime, dt.datetime]],
+    sums: Sequence[Mapping[str, int]],
+) -> list[buckets.Charge]:
+    """Per-window, per-source usage sums as charges for `buckets.build` (fee rows skipped:
+    the fee's figures come from its calculator, which equals the sum of its hourly rows)."""
+    out: list[buckets.Charge] = []
+    for (start, end), per_source in zip(windows, sums, strict=True):
+        if start >= end:
+            continue
+        for source, amount in sorted(per_source.items()):
+            if source != usage.Meter.SUBSCRIPTION.value and amount:
+                out.append(buckets.Charge(start, source, amount))
+    return out
+
+
+def costs(
+    scheduled: dt.datetime, terms: Terms, settled: Sequence[buckets.Charge] | None
+) -> tuple[list[dict[str, Any]], CostsReason]:
+    """The three `status.costs` buckets and their `CostsResolved` reason.
+
+    `settled` is the usage read back from the ledger; None means the ledger could not be
+    read, and the buckets are the fee calculator's alone.
+    """
+    if settled is None:
+        built = buckets.build(scheduled, terms.fee, ())
+        return buckets.to_status(built), CostsReason.FROM_CALCULATOR
+    return buckets.to_status(buckets.build(scheduled, terms.fee, settled)), CostsReason.FROM_DB
+
+
+# ---------------------------------------------------------------- the finalizer
+
+
+class Release(enum.StrEnum):
+    """What the run does with a deleting Subscription's finalizer, and the line it logs."""
+
+    FAILED = "Errors recorded for subscription in this run, keeping finalizer"
+    NOT_DEACTIVATED = "Subscription not yet deactivated, keeping finalizer"
+    MIN_PERIODS = "MinPeriods not yet satisfied, keeping finalizer"
+    NOT_SETTLED = "Charges not finalized through deactivation hour, keeping finalizer"
+    RELEASE = "Removed finalizer for deleted subscription"
+
+
+def finalizer_decision(
+    sub: SubscriptionState,
+    terms: Terms | None,
+    scheduled: dt.datetime,
+    boundary: dt.datetime | None,
+    *,
+    failed: bool,
+) -> Release | None:
+    """None when the Subscription is not deleting or does not carry our finalizer.
+
+    `terms` is None when the Offering could not be read or priced (which is a failure);
+    `failed` says whether anything else failed for this Subscription in this run. Charges
+    count as finalized through hours before `H`, and, when usage is billed, before the
+    allocation boundary too (None: every collected allocation hour is final).
+    """
+    if not sub.deleting or FINALIZER not in sub.finalizers:
+        return None
+    if failed or terms is None:
+        return Release.FAILED
+    need = terms.settle_hour()
+    if need is None:
+        return Release.NOT_DEACTIVATED
+    anchor = ticks.floor_hour(scheduled)
+    if terms.fee is not None and not terms.fee.min_periods_elapsed(anchor):
+        return Release.MIN_PERIODS
+    settled_before = anchor
+    if terms.bills_usage and boundary is not None:
+        settled_before = min(settled_before, boundary)
+    if need >= settled_before:
+        return Release.NOT_SETTLED
+    return Release.RELEASE
