@@ -55,6 +55,7 @@ class ControllerProcess:
         self.namespace = namespace
         self.probe_port = controlplane.free_port()
         self.metrics_port = controlplane.free_port()
+        self.webhook_port = controlplane.free_port()
         self.log_fd, log_name = tempfile.mkstemp(prefix="controller-", suffix=".log")
         self.log_path = pathlib.Path(log_name)
         base = {
@@ -67,6 +68,10 @@ class ControllerProcess:
             "OPENCOST_DEPLOYMENT_NAMESPACE": namespace,
             "OPERATOR_IMAGE": "ghcr.io/example/finops-operator:test",
             "FINOPS_RESYNC_SECONDS": "3",
+            # Webhooks need a certificate: off unless a test asks (tests/kube/test_webhooks.py),
+            # and on a port of this process's own so replicas never clash on :9443.
+            "ENABLE_WEBHOOKS": "false",
+            "WEBHOOK_BIND_ADDRESS": f"127.0.0.1:{self.webhook_port}",
         }
         base.update(env or {})
         self.env = base

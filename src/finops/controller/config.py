@@ -36,6 +36,7 @@ class Settings:
     mto_enabled: bool = False
     cluster_id: str = "default"
     enable_webhooks: bool = True
+    webhook_bind_address: str = ":9443"
     image_pull_secrets: str = ""
     operator_image: str = ""
     job_service_account: str = DEFAULT_JOB_SERVICE_ACCOUNT
@@ -87,6 +88,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         mto_enabled=env.get("MTO_ENABLED") == "true",
         cluster_id=env.get("CLUSTER_ID") or "default",
         enable_webhooks=env.get("ENABLE_WEBHOOKS") != "false",
+        webhook_bind_address=env.get("WEBHOOK_BIND_ADDRESS") or ":9443",
         image_pull_secrets=env.get("IMAGE_PULL_SECRETS", ""),
         operator_image=env.get("OPERATOR_IMAGE", ""),
         job_service_account=env.get("JOB_SERVICE_ACCOUNT") or DEFAULT_JOB_SERVICE_ACCOUNT,

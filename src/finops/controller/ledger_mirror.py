@@ -1,0 +1,156 @@
+"""Every observed version of Offerings and Subscriptions, mirrored into the ledger.
+
+Charge rows point at the version that priced them, so the controller records each version as
+it sees it: an Offering per (uid, generation), a Subscription per (uid, generation, namespace
+labels). The database is never on the Kubernetes path: reconcilers write status first and
+mirror afterwards, a failure is logged, counted on /metrics and retried by requeueing the key,
+and the connection is reopened on the next attempt. Versions already written by this process
+are remembered, so a steady cluster costs no queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import prometheus_client
+import psycopg
+
+from finops.controller import metrics
+from finops.store import mirror, pool
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MIRROR_WRITES = prometheus_client.Counter(
+    "finops_ledger_mirror_writes_total",
+    "Offering and Subscription versions mirrored into the ledger, by result.",
+    ["kind", "result"],
+    registry=metrics.REGISTRY,
+)
+
+
+class MirrorError(Exception):
+    """The ledger could not be written (the message carries no secrets)."""
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def offering_version(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    """What makes an Offering version distinct."""
+    meta = _meta(obj)
+    return ("Offering", str(meta.get("uid")), str(meta.get("generation")))
+
+
+def subscription_version(obj: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[str, ...]:
+    """What makes a Subscription version distinct: its generation and its namespace's labels."""
+    meta = _meta(obj)
+    digest = hashlib.sha256(json.dumps(dict(labels), sort_keys=True).encode()).hexdigest()
+    return ("Subscription", str(meta.get("uid")), str(meta.get("generation")), digest)
+
+
+class Mirror:
+    """One connection, used from worker threads one call at a time."""
+
+    def __init__(self, dsn: str, cluster: str) -> None:
+        self.dsn = dsn
+        self.cluster = cluster
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        self._seen: set[tuple[str, ...]] = set()
+
+    def _call(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = pool.connect(self.dsn, autocommit=True, connect_timeout=5)
+                return fn(self._conn)
+            except pool.LedgerConnectionError as exc:
+                raise MirrorError(str(exc)) from None
+            except psycopg.Error as exc:
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                raise MirrorError(pool.redact(str(exc).strip(), self.dsn)) from None
+
+    async def _write(
+        self, kind: str, version: tuple[str, ...], fn: Callable[[psycopg.Connection[Any]], int]
+    ) -> bool:
+        """True when a row was upserted now, False when this version was already mirrored."""
+        if version in self._seen:
+            return False
+        try:
+            await asyncio.to_thread(self._call, fn)
+        except MirrorError:
+            MIRROR_WRITES.labels(kind=kind, result="error").inc()
+            raise
+        self._seen.add(version)
+        MIRROR_WRITES.labels(kind=kind, result="success").inc()
+        return True
+
+    async def offering(self, obj: Mapping[str, Any]) -> bool:
+        meta = _meta(obj)
+
+        def write(conn: psycopg.Connection[Any]) -> int:
+            return mirror.upsert_offering_version(
+                conn,
+                cluster=self.cluster,
+                uid=str(meta.get("uid")),
+                namespace=str(meta.get("namespace")),
+                name=str(meta.get("name")),
+                generation=int(meta.get("generation") or 0),
+                resource_version=str(meta.get("resourceVersion") or ""),
+                spec=obj.get("spec") or {},
+            )
+
+        return await self._write("Offering", offering_version(obj), write)
+
+    async def subscription(self, obj: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+        meta = _meta(obj)
+
+        def write(conn: psycopg.Connection[Any]) -> int:
+            return mirror.upsert_subscription_version(
+                conn,
+                cluster=self.cluster,
+                uid=str(meta.get("uid")),
+                namespace=str(meta.get("namespace")),
+                name=str(meta.get("name")),
+                generation=int(meta.get("generation") or 0),
+                resource_version=str(meta.get("resourceVersion") or ""),
+                spec=obj.get("spec") or {},
+                namespace_labels=labels,
+            )
+
+        return await self._write("Subscription", subscription_version(obj, labels), write)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+class Backoff:
+    """Per-key retry delays for work that failed outside Kubernetes (the ledger, a read)."""
+
+    def __init__(self, base: float = 1.0, cap: float = 60.0) -> None:
+        self.base = base
+        self.cap = cap
+        self._failures: dict[Any, int] = {}
+
+    def failed(self, key: Any) -> float:
+        count = self._failures.get(key, 0)
+        self._failures[key] = count + 1
+        return float(min(self.base * (2**count), self.cap))
+
+    def succeeded(self, key: Any) -> None:
+        self._failures.pop(key, None)

@@ -1,0 +1,171 @@
+"""Subscription reconciler: finalizer, the four gates, activation and deactivation, mirror.
+
+Checklist per Subscription (observe from the watch caches plus one GET of the target, decide
+with `hierarchy.subscriptions.plan`):
+1. add our finalizer once (JSON patch guarded by resourceVersion). The controller never
+   removes it: only the charge job does, once the last hours are billed;
+2. plan: deletion path, self-references, the Offering, parent, compatibility and target
+   gates, activation or terminal deactivation;
+3. write the status when it changed and record the plan's Events (activation, orphaning,
+   deactivation with its cause);
+4. requeue: a failed read backs off per key; a Subscription with a `targetRef` is re-checked
+   periodically, since target deletion is not watched;
+5. mirror this version, with its namespace's labels, into the ledger (never blocks 1-4).
+
+Family fan-out (who else is re-queued when this one changes) lives in `hierarchy_watch`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import lightkube
+from lightkube.resources import core_v1
+
+from finops.controller import caches as caches_
+from finops.controller import ledger_mirror
+from finops.hierarchy import family, refs, subscriptions
+from finops.kube import client as kube_client
+from finops.kube import events, finalizers, resources, status, targets
+
+log = logging.getLogger(__name__)
+
+CONTROLLER = "subscription"  # the documented metrics label (no suffix)
+KIND = "Subscription"
+CONFLICT_RETRY = 0.2
+"""Seconds before retrying a write that lost a resourceVersion race (the cache was stale)."""
+
+
+def watches_target(sub: Mapping[str, Any]) -> bool:
+    """A live Subscription with a complete `targetRef` whose target must be re-checked."""
+    ref = subscriptions.target_ref(sub)
+    return (
+        ref is not None
+        and ref.complete
+        and not family.is_deactivated(sub)
+        and not refs.is_deleting(sub)
+        and not subscriptions.targets_itself(sub)
+    )
+
+
+def soonest(*delays: float | None) -> float | None:
+    """The earliest requested requeue, or None when nobody asked for one."""
+    found = [d for d in delays if d is not None]
+    return min(found) if found else None
+
+
+class Reconciler:
+    """One Subscription per key ("Subscription", namespace, name)."""
+
+    controller = CONTROLLER
+
+    def __init__(
+        self,
+        client: lightkube.AsyncClient,
+        caches: caches_.Caches,
+        *,
+        target_recheck_seconds: float,
+        mirror: ledger_mirror.Mirror | None = None,
+    ) -> None:
+        self.client = client
+        self.caches = caches
+        self.mirror = mirror
+        self.target_recheck_seconds = target_recheck_seconds
+        self.targets = targets.TargetReader(client)
+        self.read_backoff = ledger_mirror.Backoff(base=0.5)
+        self.mirror_backoff = ledger_mirror.Backoff()
+
+    async def reconcile(self, key: tuple[str, str, str]) -> float | None:
+        _, namespace, name = key
+        sub = self.caches.subscription(refs.Key(namespace, name))
+        if sub is None:
+            self.read_backoff.succeeded(key)
+            self.mirror_backoff.succeeded(key)
+            return None
+        try:
+            sub, delay = await self._sync(key, sub)
+        except lightkube.ApiError as exc:
+            code = kube_client.status_code(exc)
+            if code == 404:
+                return None
+            if code in finalizers.CONFLICT_CODES:
+                return CONFLICT_RETRY
+            raise
+        return soonest(delay, await self._mirror(key, sub))
+
+    async def _sync(
+        self, key: tuple[str, str, str], sub: dict[str, Any]
+    ) -> tuple[dict[str, Any], float | None]:
+        if subscriptions.needs_finalizer(sub):
+            added = await finalizers.add(
+                self.client, resources.Subscription, sub, subscriptions.FINALIZER
+            )
+            sub = added or sub
+        offering_key = family.offering_key(sub)
+        decided = subscriptions.plan(
+            sub,
+            offering=self.caches.offering(offering_key) if offering_key else None,
+            lookup=self.caches.subscription,
+            members=self.caches.members,
+            target=await self._target(sub),
+            now=dt.datetime.now(dt.UTC),
+        )
+        if decided.changed:
+            sub = await status.write(self.client, resources.Subscription, sub, decided.status)
+        for event in decided.events:
+            await events.record(self.client, sub, event.type, event.reason, event.message)
+        if decided.activated or decided.deactivated:
+            log.info(
+                "subscription activated" if decided.activated else "subscription deactivated",
+                extra={"subscription": "/".join(key[1:]), "reason": str(decided.reason)},
+            )
+        retry: float | None = None
+        if decided.retry:
+            retry = self.read_backoff.failed(key)
+        else:
+            self.read_backoff.succeeded(key)
+        recheck = self.target_recheck_seconds if watches_target(sub) else None
+        return sub, soonest(retry, recheck)
+
+    async def _target(self, sub: Mapping[str, Any]) -> subscriptions.TargetObserved:
+        """The plain GET the target gate needs (None when the gate has nothing to fetch)."""
+        if not watches_target(sub):
+            return None
+        ref = subscriptions.target_ref(sub)
+        assert ref is not None
+        try:
+            found = await self.targets.exists(
+                ref.api_version, ref.kind, ref.name, ref.namespace, refs.key_of(sub).namespace
+            )
+        except targets.TargetReadError as exc:
+            return refs.ReadError(str(exc))
+        return subscriptions.Target.FOUND if found else subscriptions.Target.NOT_FOUND
+
+    async def _labels(self, namespace: str) -> dict[str, str] | None:
+        """The namespace's labels from the watch cache, else a GET; None when it is gone."""
+        cached = (self.caches.namespaces or {}).get(("", namespace))
+        found = cached or await kube_client.get_or_none(self.client, core_v1.Namespace, namespace)
+        if not found:
+            return None
+        return dict((found.get("metadata") or {}).get("labels") or {})
+
+    async def _mirror(self, key: tuple[str, str, str], sub: dict[str, Any]) -> float | None:
+        if self.mirror is None:
+            return None
+        try:
+            labels = await self._labels(key[1])
+            if labels is None:
+                return None
+            await self.mirror.subscription(sub, labels)
+        except (ledger_mirror.MirrorError, lightkube.ApiError) as exc:
+            delay = self.mirror_backoff.failed(key)
+            log.warning(
+                "could not mirror subscription version",
+                extra={"subscription": "/".join(key[1:]), "error": str(exc), "retry_in": delay},
+            )
+            return delay
+        self.mirror_backoff.succeeded(key)
+        return None
