@@ -26,11 +26,14 @@ import lightkube
 from finops import logs
 from finops.controller import (
     config,
+    cost_metrics,
     costjob,
     finopsprovider,
+    hierarchy_watch,
     metrics,
     pricebook,
     serving,
+    webhooks,
     workqueue,
 )
 from finops.kube import client as kube_client
@@ -78,7 +81,13 @@ def owner_costjob(obj: dict[str, Any]) -> Key | None:
 class Manager:
     """Sources feed keys into one queue; workers run the reconciler of each key's kind."""
 
-    def __init__(self, client: lightkube.AsyncClient, settings: config.Settings) -> None:
+    def __init__(
+        self,
+        client: lightkube.AsyncClient,
+        settings: config.Settings,
+        *,
+        ledger_dsn: str | None = None,
+    ) -> None:
         self.client = client
         self.settings = settings
         self.queue: workqueue.WorkQueue[Key] = workqueue.WorkQueue()
@@ -96,6 +105,18 @@ class Manager:
             "CostJob": costjob.Reconciler(client, settings),
             "FinOpsProvider": finopsprovider.Reconciler(client, settings),
         }
+        # Offerings and Subscriptions: their sources, caches, fan-out and reconcilers.
+        self.hierarchy = hierarchy_watch.Wiring(
+            client, settings, self.enqueue, self.pricebooks.store, ledger_dsn=ledger_dsn
+        )
+        self.sources.extend(self.hierarchy.sources)
+        self.reconcilers.update(self.hierarchy.reconcilers)
+        cost_metrics.install(
+            metrics.REGISTRY,
+            lambda: list(self.hierarchy.subscription_source.store.values()),
+            lambda: list(self.pricebooks.store.values()),
+            lambda: list(self.sources[1].store.values()),
+        )
 
     def enqueue(self, key: Key) -> None:
         metrics.WORKQUEUE_ADDS.labels(name=QUEUE_NAME).inc()
@@ -107,6 +128,7 @@ class Manager:
     ) -> None:
         if spec_or_meta_changed(old, new):
             self.enqueue(pricebook.KEY)
+        self.hierarchy.on_pricebook(old, new)
 
     def _on_costjob(
         self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
@@ -133,6 +155,7 @@ class Manager:
             keys.append(pricebook.KEY)
         keys.extend(("CostJob", ns, name) for ns, name in self.sources[1].store)
         keys.extend(("FinOpsProvider", "", name) for _, name in self.sources[2].store)
+        keys.extend(self.hierarchy.resync_keys())
         return keys
 
     async def _resync(self) -> None:
@@ -199,6 +222,7 @@ class Manager:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            self.hierarchy.close()
 
 
 def migrate_database(dsn: str) -> list[int]:
@@ -251,6 +275,15 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
     elector: leader.LeaderElector | None = None
     code = 0
     try:
+        if settings.enable_webhooks:  # every replica serves them, leader or standby
+            hook = await webhooks.start(
+                client,
+                settings.webhook_bind_address,
+                args.webhook_cert_path,
+                args.webhook_cert_name,
+                args.webhook_cert_key,
+            )
+            servers.extend([hook] if hook is not None else [])
         if args.leader_elect:
             elector = leader.LeaderElector(
                 client,
@@ -266,7 +299,8 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
                 return 0
             metrics.LEADER.labels(name=leader.ELECTION_ID).set(1)
         state["ready"] = True
-        manager = Manager(client, settings)
+        ledger_dsn = None if args.skipDBConnection else settings.postgres_dsn
+        manager = Manager(client, settings, ledger_dsn=ledger_dsn)
         jobs: list[asyncio.Task[Any]] = [asyncio.create_task(manager.run(stop))]
         if elector is not None:
             jobs.append(asyncio.create_task(elector.keep_renewing(stop)))
@@ -281,6 +315,9 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
                 code = 1
         stop.set()
         await asyncio.gather(*jobs, return_exceptions=True)
+    except webhooks.StartError as exc:
+        log.error("webhook server failed to start", extra={"error": str(exc)})
+        code = 1
     finally:
         if elector is not None and code == 0:
             with contextlib.suppress(Exception):
