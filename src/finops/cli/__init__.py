@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from finops.cli import simulate, validate
+from finops.cli import sandbox, simulate, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     validate.register(sub)
     simulate.register(sub)
+    sandbox.register(sub)
     return parser
 
 

@@ -1,0 +1,414 @@
+"""`finops sandbox`: the whole product on one machine, with nothing to install but the project.
+
+It starts a real kube-apiserver + etcd, a throw-away PostgreSQL, an OpenCost stand-in that
+replays real OpenCost captures, and the controller as its own process; applies `examples/`;
+then runs the two collection jobs exactly as their CronJobs would, for a few simulated hours,
+and prints what every Subscription costs. Because the Subscriptions are created just now,
+the hours are simulated forward from their activation (the replay serves any hour), which is
+what the clock would show a few hours into a real install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from typing import Any, TextIO
+
+import httpx
+import yaml
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+
+from finops.billing import money
+from finops.devenv import controlplane, postgres, tls
+from finops.devenv import opencost_replay as replay
+from finops.devenv import webhooks as local_webhooks
+from finops.jobs import allocations as allocation_job
+from finops.jobs import charges as charge_job
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
+EXAMPLES = REPO_ROOT / "examples"
+CRDS = REPO_ROOT / "deploy" / "crds"
+CAPTURES = REPO_ROOT / "tests" / "data" / "opencost-real"
+SYSTEM_NS = "finops-operator-system"
+OPENCOST_DEPLOYMENT = "finops-operator-opencost"
+GROUP = "finops.stakater.com/v1alpha1"
+PLURALS = {
+    "FinOpsProvider": "finopsproviders",
+    "PriceBook": "pricebooks",
+    "CostJob": "costjobs",
+    "Offering": "offerings",
+    "Subscription": "subscriptions",
+}
+FIELD_MANAGER = "finops-sandbox"
+HOUR = dt.timedelta(hours=1)
+
+
+class SandboxError(RuntimeError):
+    """Something the sandbox needs did not come up; the message says what."""
+
+
+def _say(out: TextIO, text: str) -> None:
+    print(f"[sandbox] {text}", file=out, flush=True)
+
+
+def object_path(obj: Mapping[str, Any]) -> str:
+    """The API path of one example object (the only kinds `examples/` holds)."""
+    kind, meta = obj["kind"], obj["metadata"]
+    if obj["apiVersion"] == "v1" and kind == "Namespace":
+        return f"/api/v1/namespaces/{meta['name']}"
+    if obj["apiVersion"] != GROUP or kind not in PLURALS:
+        raise SandboxError(
+            f"examples: {obj['apiVersion']}/{kind} is not a kind the sandbox applies"
+        )
+    scope = f"namespaces/{meta['namespace']}/" if kind != "FinOpsProvider" else ""
+    return f"/apis/{GROUP}/{scope}{PLURALS[kind]}/{meta['name']}"
+
+
+def load_examples(directory: pathlib.Path = EXAMPLES) -> list[dict[str, Any]]:
+    """Every object of every YAML file, in file-name order (namespaces first)."""
+    objs: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("*.yaml")):
+        objs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return objs
+
+
+def apply(client: httpx.Client, obj: Mapping[str, Any]) -> None:
+    """Server-side apply, as `kubectl apply --server-side` would."""
+    resp = client.patch(
+        object_path(obj),
+        params={"fieldManager": FIELD_MANAGER, "force": "true"},
+        content=yaml.safe_dump(dict(obj)),
+        headers={"Content-Type": "application/apply-patch+yaml"},
+    )
+    if resp.status_code >= 300:
+        meta = obj["metadata"]
+        raise SandboxError(f"applying {obj['kind']} {meta.get('name')}: {resp.text}")
+
+
+@dataclasses.dataclass
+class Services:
+    """What is running, for the report and for stopping."""
+
+    kube: controlplane.ControlPlane
+    pg: postgres.PostgresCluster
+    dsn: str
+    opencost: replay.ReplayServer
+    controller: subprocess.Popen[bytes]
+    controller_log: pathlib.Path
+    metrics_url: str
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if check():
+                return True
+        time.sleep(0.5)
+    return False
+
+
+def _list(client: httpx.Client, plural: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = client.get(f"/apis/{GROUP}/{plural}").json().get("items", [])
+    return items
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c.get("type") == kind), {})
+
+
+@contextlib.contextmanager
+def services(state: pathlib.Path, out: TextIO) -> Iterator[Services]:
+    """Start everything; stop everything on exit, in reverse order."""
+    state.mkdir(parents=True, exist_ok=True)
+    _say(
+        out,
+        "preparing kube-apiserver and etcd (built from the Go module proxy on first use; "
+        "that takes several minutes once)",
+    )
+    bins = controlplane.ensure_binaries()
+    with contextlib.ExitStack() as stack:
+        _say(out, "starting etcd and kube-apiserver")
+        kube = stack.enter_context(controlplane.ControlPlane(bins))
+        kube.install_crds(sorted(CRDS.glob("*.yaml")))
+        _say(out, f"control plane ready at {kube.server}")
+        _say(out, "starting PostgreSQL")
+        pg = stack.enter_context(postgres.PostgresCluster())
+        dsn = pg.create_database("finops")
+        _say(out, "starting the OpenCost replay server (real OpenCost captures)")
+        opencost = stack.enter_context(replay.ReplayServer(replay.Captures(CAPTURES)))
+        with kube.http() as client:
+            client.post(
+                "/api/v1/namespaces",
+                json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NS}},
+            )
+            client.post(
+                f"/apis/apps/v1/namespaces/{SYSTEM_NS}/deployments", json=_opencost_deployment()
+            )
+        probe_port, metrics_port = controlplane.free_port(), controlplane.free_port()
+        webhook_port = controlplane.free_port()
+        ca = tls.TinyCA("finops-sandbox-webhook-ca")
+        cert_dir = state / "webhook-certs"
+        cert_dir.mkdir(exist_ok=True)
+        ca.serving(["127.0.0.1"]).write(cert_dir, "tls")
+        log_path = state / "controller.log"
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kube.kubeconfig),
+            "POSTGRES_CONNECTION_STRING": dsn,
+            "OPENCOST_CONNECTION_STRING": opencost.url,
+            "OPENCOST_DEPLOYMENT_NAME": OPENCOST_DEPLOYMENT,
+            "OPENCOST_DEPLOYMENT_NAMESPACE": SYSTEM_NS,
+            "POD_NAMESPACE": SYSTEM_NS,
+            "OPERATOR_IMAGE": "finops-operator:sandbox",
+            "ENABLE_WEBHOOKS": "true",
+            "WEBHOOK_BIND_ADDRESS": f"127.0.0.1:{webhook_port}",
+            "FINOPS_RESYNC_SECONDS": "20",
+        }
+        _say(out, f"starting the controller (log: {log_path})")
+        with log_path.open("wb") as log_file:
+            controller = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "finops.operator",
+                    "--mode=controller",
+                    f"--health-probe-bind-address=127.0.0.1:{probe_port}",
+                    f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+                    f"--webhook-cert-path={cert_dir}",
+                ],
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+        stack.callback(_stop_process, controller)
+        if not _wait(
+            "controller",
+            lambda: (
+                httpx.get(f"http://127.0.0.1:{probe_port}/readyz", timeout=2).status_code == 200
+            ),
+            60,
+        ):
+            raise SandboxError(f"the controller did not become ready; see {log_path}")
+        with kube.http() as client:
+            hooks = local_webhooks.local_configuration(
+                "finops-operator-validating-webhook-configuration", webhook_port, ca.cert_pem
+            )
+            resp = client.post(local_webhooks.API, json=hooks)
+            if resp.status_code != 201:
+                raise SandboxError(f"registering the admission webhooks: {resp.text}")
+        _say(out, f"admission webhooks served on 127.0.0.1:{webhook_port} and registered")
+        yield Services(
+            kube, pg, dsn, opencost, controller, log_path, f"http://127.0.0.1:{metrics_port}"
+        )
+
+
+def _opencost_deployment() -> dict[str, Any]:
+    """A stand-in for the OpenCost Deployment the PriceBook reconciler restarts (it never runs:
+    there is no scheduler in the sandbox, but the restart annotation is visible on it)."""
+    labels = {"app.kubernetes.io/name": "opencost"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": OPENCOST_DEPLOYMENT, "namespace": SYSTEM_NS},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "opencost", "image": "opencost:replay"}]},
+            },
+        },
+    }
+
+
+def _stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def stop_controller(svc: Services) -> None:
+    """Stop the controller process (as uninstalling the chart would)."""
+    _stop_process(svc.controller)
+
+
+def wait_for_activation(svc: Services, out: TextIO, timeout: float = 90) -> None:
+    """Wait until the PriceBook is active and every Subscription has settled."""
+    with svc.kube.http() as client:
+
+        def settled() -> bool:
+            subs = _list(client, "subscriptions")
+            return bool(subs) and all(
+                _condition(s, "Active").get("status") in ("True", "False") for s in subs
+            )
+
+        _say(out, "waiting for the controller to activate the Subscriptions")
+        if not _wait("subscriptions", settled, timeout):
+            pending = [
+                s["metadata"]["name"]
+                for s in _list(client, "subscriptions")
+                if _condition(s, "Active").get("status") not in ("True", "False")
+            ]
+            _say(out, f"still waiting for {', '.join(pending)}; continuing anyway")
+
+
+def simulate_hours(svc: Services, hours: int, out: TextIO, start_offset: int = 0) -> dt.datetime:
+    """Run both jobs once per simulated hour, as the two hourly CronJobs would, from the
+    current hour (plus `start_offset` hours) on; return the last scheduled time."""
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    start = now + start_offset * HOUR
+    base_env = {
+        "COSTJOB_NAMESPACE": SYSTEM_NS,
+        "POSTGRES_CONNECTION_STRING": svc.dsn,
+        "OPENCOST_CONNECTION_STRING": svc.opencost.url,
+        "OPENCOST_AGGREGATE": "namespace,pod",  # the aggregate the real captures hold
+        "HOURS_LOOKBACK": "1",
+    }
+    last = start
+    for k in range(hours + 1):
+        scheduled = start + k * HOUR + dt.timedelta(minutes=5)
+        last = scheduled
+        stamp = scheduled.strftime("%Y-%m-%dT%H:%M:%SZ")
+        env = {**base_env, "SCHEDULED_TIMESTAMP": stamp}
+        alloc = _run_job(
+            svc, allocation_job.run, {**env, "COSTJOB_NAME": "resource-cost-collection"}, scheduled
+        )
+        charge = _run_job(
+            svc,
+            charge_job.run,
+            {**env, "COSTJOB_NAME": "subscription-charge-collection"},
+            scheduled,
+        )
+        outcome = "ok" if alloc == charge == 0 else f"allocations={alloc} charges={charge}"
+        _say(out, f"collected hour {stamp}: {outcome}")
+    return last
+
+
+JobRun = Callable[..., Coroutine[Any, Any, int]]
+
+
+def _run_job(svc: Services, job: JobRun, env: Mapping[str, str], at: dt.datetime) -> int:
+    """One job run in-process, with the clock pinned to `at`, against the sandbox's server."""
+
+    async def go() -> int:
+        client = AsyncClient(
+            config=KubeConfig.from_file(str(svc.kube.kubeconfig)), field_manager="finops-operator"
+        )
+        try:
+            return await job(dict(env), now=lambda: at, kube=client)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def _bucket(sub: Mapping[str, Any], granularity: str) -> tuple[int, int]:
+    for b in (sub.get("status") or {}).get("costs") or []:
+        if b.get("granularity") == granularity:
+            return int(b.get("current") or 0), int(b.get("projected") or 0)
+    return 0, 0
+
+
+def cost_table(client: httpx.Client) -> str:
+    """Every Subscription's buckets in currency units, one line each."""
+    header = (
+        f"{'SUBSCRIPTION':<32} {'OFFERING':<16} {'ACTIVE':<7} "
+        f"{'HOUR':>10} {'DAY':>12} {'MONTH':>14} {'MONTH (PROJECTED)':>18}"
+    )
+    lines = [header]
+    for sub in sorted(
+        _list(client, "subscriptions"),
+        key=lambda s: (s["metadata"]["namespace"], s["metadata"]["name"]),
+    ):
+        meta = sub["metadata"]
+        name = f"{meta['namespace']}/{meta['name']}"
+        offering = sub["spec"]["offeringRef"]["name"]
+        active = _condition(sub, "Active").get("status", "-")
+        hour, _ = _bucket(sub, "hour")
+        day, _ = _bucket(sub, "day")
+        month, month_projected = _bucket(sub, "month")
+        lines.append(
+            f"{name:<32} {offering:<16} {active:<7} {money.format_units(hour):>10} "
+            f"{money.format_units(day):>12} {money.format_units(month):>14} "
+            f"{money.format_units(month_projected):>18}"
+        )
+    return "\n".join(lines)
+
+
+def report(svc: Services, out: TextIO) -> None:
+    """The table, then where to look."""
+    with svc.kube.http() as client:
+        table = cost_table(client)
+        currency = next((b["spec"].get("currency", "") for b in _list(client, "pricebooks")), "")
+    print(
+        f"\nSubscription costs ({currency}; settled so far, and the month's projection):", file=out
+    )
+    print(table, file=out)
+    print(
+        f"""
+Where to look:
+  export KUBECONFIG={svc.kube.kubeconfig}
+  kubectl get pricebooks,offerings,subscriptions,costjobs -A
+  kubectl get subscription apps-hosting -n team-apps -o yaml     # status.costs
+  psql '{svc.dsn}' -c 'select * from subscription_charges limit 20'
+  controller metrics: {svc.metrics_url}/metrics    controller log: {svc.controller_log}
+""",
+        file=out,
+        flush=True,
+    )
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run(hours: int, exit_after_report: bool, state: pathlib.Path, out: TextIO) -> int:
+    """The whole sandbox; returns an exit status."""
+    # Ctrl-C and SIGTERM both unwind through the context managers, so every service stops
+    # and its files go, whatever stage the sandbox is in (a background shell ignores SIGINT
+    # unless a handler is installed).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with services(state, out) as svc:
+            _say(out, f"applying {EXAMPLES}")
+            with svc.kube.http() as client:
+                for obj in load_examples():
+                    apply(client, obj)
+            wait_for_activation(svc, out)
+            simulate_hours(svc, hours, out)
+            report(svc, out)
+            if exit_after_report:
+                return 0
+            _say(out, "running; press Ctrl-C to stop and remove everything")
+            try:
+                while svc.controller.poll() is None:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                _say(out, "stopping")
+                return 0
+            raise SandboxError(
+                f"the controller exited ({svc.controller.returncode}); see {svc.controller_log}"
+            )
+    except SandboxError as exc:
+        _say(out, f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        _say(out, "interrupted; everything was stopped")
+        return 130

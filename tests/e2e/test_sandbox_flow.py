@@ -1,0 +1,242 @@
+"""The whole product, headless: the sandbox's services and examples, then the documented
+uninstall order, ending with nothing stranded.
+
+Everything is real (kube-apiserver, PostgreSQL, the controller as a process with its
+webhooks, both job modes); only OpenCost is a replay of real captures. The sandbox starts its
+own control plane, so nothing here touches the session's shared API server.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import math
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from prometheus_client import parser
+
+from finops.devenv import sandbox
+
+GROUP = "/apis/finops.stakater.com/v1alpha1"
+HOURS = 2
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sandbox.Services]:
+    out = io.StringIO()
+    with sandbox.services(tmp_path_factory.mktemp("sandbox"), out) as svc:
+        with svc.kube.http() as client:
+            for obj in sandbox.load_examples():
+                sandbox.apply(client, obj)
+        sandbox.wait_for_activation(svc, out)
+        sandbox.simulate_hours(svc, HOURS, out)
+        yield svc
+
+
+def items(svc: sandbox.Services, plural: str) -> list[dict[str, Any]]:
+    with svc.kube.http() as client:
+        got: list[dict[str, Any]] = client.get(f"{GROUP}/{plural}").json()["items"]
+    return got
+
+
+def by_name(svc: sandbox.Services, plural: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in items(svc, plural)}
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == kind), {})
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+def test_the_examples_become_ready_and_active(services: sandbox.Services) -> None:
+    books = by_name(services, "pricebooks")
+    assert books["onprem-pricing"]["status"]["active"] is True
+    assert condition(books["onprem-pricing"], "Ready")["status"] == "True"
+    for offering in items(services, "offerings"):
+        assert condition(offering, "Ready")["status"] == "True", offering["metadata"]["name"]
+    for sub in items(services, "subscriptions"):
+        assert condition(sub, "Active") == condition(sub, "Active") | {
+            "status": "True",
+            "reason": "ActivationSucceeded",
+        }
+        assert sub["status"]["activatedAt"]
+    provider = by_name(services, "finopsproviders")["default"]
+    assert condition(provider, "Ready")["status"] == "True"
+
+
+def test_each_costjob_owns_a_cronjob_in_its_namespace(services: sandbox.Services) -> None:
+    with services.kube.http() as client:
+        for name, mode in (
+            ("resource-cost-collection", "--mode=cronjob"),
+            ("subscription-charge-collection", "--mode=collectionjob"),
+        ):
+            cron = client.get(
+                f"/apis/batch/v1/namespaces/{sandbox.SYSTEM_NS}/cronjobs/{name}-cronjob"
+            ).json()
+            assert cron["spec"]["schedule"] == "0 * * * *"
+            owner = cron["metadata"]["ownerReferences"][0]
+            assert (owner["kind"], owner["name"], owner["controller"]) == ("CostJob", name, True)
+            container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+            assert mode in container["args"]
+
+
+def test_the_ledger_and_status_costs_agree_to_the_micro(services: sandbox.Services) -> None:
+    subs = by_name(services, "subscriptions")
+    with psycopg.connect(services.dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM provider_allocations").fetchone() != (0,)
+        ledger = dict(
+            conn.execute(
+                "SELECT subscription_uid::text, sum(amount_micros) FROM subscription_charges "
+                "WHERE finalized GROUP BY 1"
+            ).fetchall()
+        )
+    platform = subs["apps-platform"]
+    month = next(b for b in platform["status"]["costs"] if b["granularity"] == "month")
+    # ActivatedAt 1h at 40.00: one tick per full hour since activation, all settled in the
+    # finalized hours before the last scheduled hour.
+    assert month.get("current", 0) == ledger.get(platform["metadata"]["uid"], 0)
+    assert month.get("current", 0) % 40_000_000 == 0
+    assert month.get("current", 0) >= 40_000_000 * (HOURS - 1)
+    assert condition(platform, "CostsResolved")["reason"] == "FromDB"
+    for sub in subs.values():
+        assert [b["granularity"] for b in sub["status"]["costs"]] == ["hour", "day", "month"]
+    observability = subs["apps-observability"]
+    month = next(b for b in observability["status"]["costs"] if b["granularity"] == "month")
+    meters = {m["name"] for m in month.get("breakdown", [])}
+    assert {"subscription", "ramGbHour", "pvGbHour"} <= meters
+
+
+def metric(text: str, metric_name: str, **labels: str) -> float | None:
+    for family in parser.text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == metric_name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return None
+
+
+def test_metrics_expose_costs_of_the_run(services: sandbox.Services) -> None:
+    subs = by_name(services, "subscriptions")
+    platform = subs["apps-platform"]
+    month = next(b for b in platform["status"]["costs"] if b["granularity"] == "month")
+    labels = {"granularity": "month", "meter": "subscription", "subscription": "apps-platform"}
+
+    def scrape() -> str:
+        return httpx.get(f"{services.metrics_url}/metrics", timeout=5).text
+
+    # The controller's watch cache sees the charge job's status write a moment later.
+    wait_until(
+        "cost metrics",
+        lambda: (
+            metric(scrape(), "finops_subscription_cost_current_micros", **labels)
+            == month["current"]
+        ),
+    )
+    text = scrape()
+    assert metric(text, "finops_subscription_cost_projected_micros", **labels) == month["projected"]
+    assert metric(text, "finops_pricebook_active_info", name="onprem-pricing", currency="USD") == 1
+    assert (
+        metric(text, "finops_costjob_last_execution_success", costjob="resource-cost-collection")
+        == 1
+    )
+    reconciled = metric(text, "controller_runtime_reconcile_total", controller="subscription")
+    assert reconciled is not None and reconciled > 0
+
+
+def test_uninstall_in_the_documented_order_strands_nothing(services: sandbox.Services) -> None:
+    with services.kube.http() as client:
+        # 1. Subscriptions: deleted, wound down by the controller, released by a charge run.
+        for sub in items(services, "subscriptions"):
+            meta = sub["metadata"]
+            client.delete(f"{GROUP}/namespaces/{meta['namespace']}/subscriptions/{meta['name']}")
+        wait_until(
+            "Deleting=False WaitingForCollectionJob",
+            lambda: all(
+                condition(s, "Deleting").get("reason") == "WaitingForCollectionJob"
+                for s in items(services, "subscriptions")
+            ),
+        )
+        assert items(services, "subscriptions"), "only the charge job may release them"
+        # app-hosting's DayBoundary fee snaps its deactivation to the next midnight: its
+        # charges settle once a run is scheduled after that hour has closed.
+        now = dt.datetime.now(dt.UTC)
+        after_midnight = (now + dt.timedelta(days=1)).replace(hour=1, minute=0, second=0)
+        offset = math.ceil((after_midnight - now) / dt.timedelta(hours=1))
+        sandbox.simulate_hours(services, 0, io.StringIO(), start_offset=offset)
+        assert items(services, "subscriptions") == []
+
+        # 2. Offerings: the webhook allows it now; the controller drops its finalizer.
+        for offering in items(services, "offerings"):
+            meta = offering["metadata"]
+            resp = client.delete(f"{GROUP}/namespaces/{meta['namespace']}/offerings/{meta['name']}")
+            assert resp.status_code == 200, resp.text
+        wait_until("offerings gone", lambda: items(services, "offerings") == [])
+
+        # 3. CostJobs, PriceBooks, FinOpsProvider: no finalizers.
+        for plural in ("costjobs", "pricebooks"):
+            for obj in items(services, plural):
+                meta = obj["metadata"]
+                client.delete(f"{GROUP}/namespaces/{meta['namespace']}/{plural}/{meta['name']}")
+        client.delete(f"{GROUP}/finopsproviders/default")
+        for plural in ("costjobs", "pricebooks", "finopsproviders"):
+            assert items(services, plural) == [], plural
+        # The generated CronJobs are owned by their CostJobs, so the garbage collector of a
+        # real cluster removes them (this control plane runs none).
+        crons = client.get(f"/apis/batch/v1/namespaces/{sandbox.SYSTEM_NS}/cronjobs").json()
+        for cron in crons["items"]:
+            assert cron["metadata"]["ownerReferences"][0]["kind"] == "CostJob"
+
+        # 4. The operator: stop it and remove its webhook registration.
+        sandbox.stop_controller(services)
+        client.delete(
+            f"{sandbox.local_webhooks.API}/finops-operator-validating-webhook-configuration"
+        )
+
+        # 5. The CRDs: their deletion completes because no object holds a finalizer.
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for plural in sandbox.PLURALS.values():
+            client.delete(f"{crds}/{plural}.finops.stakater.com")
+
+        def gone() -> bool:
+            names = [c["metadata"]["name"] for c in client.get(crds).json()["items"]]
+            return not any(n.endswith(".finops.stakater.com") for n in names)
+
+        wait_until("CRDs removed", gone)
+
+
+def test_the_sandbox_command_prints_the_cost_table_and_exits(tmp_path: pathlib.Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "finops.cli",
+            "sandbox",
+            "--exit-after-report",
+            "--hours",
+            "1",
+            "--state-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUBSCRIPTION" in done.stdout and "team-apps/apps-platform" in done.stdout
+    assert "export KUBECONFIG=" in done.stdout
