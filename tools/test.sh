@@ -9,6 +9,7 @@ status=0
 run() { echo "+ $*" >&2; "$@" || status=1; }
 
 run "$V/ruff" check src tests benchmarks
+run "$V/ruff" format --check src tests benchmarks
 run "$V/mypy"
 run "$V/lint-imports"
 echo "+ pytest $*" >&2

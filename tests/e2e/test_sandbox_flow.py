@@ -125,7 +125,9 @@ def test_the_ledger_and_status_costs_agree_to_the_micro(services: sandbox.Servic
 def metric(text: str, metric_name: str, **labels: str) -> float | None:
     for family in parser.text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == metric_name and all(sample.labels.get(k) == v for k, v in labels.items()):
+            if sample.name == metric_name and all(
+                sample.labels.get(k) == v for k, v in labels.items()
+            ):
                 return float(sample.value)
     return None
 

@@ -23,9 +23,10 @@ from typing import Any
 
 import lightkube
 
+from finops.api import conditions
 from finops.controller import config, opencost_restart
 from finops.kube import client as kube_client
-from finops.kube import conditions, events, resources
+from finops.kube import events, resources
 
 log = logging.getLogger(__name__)
 

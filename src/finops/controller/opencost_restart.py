@@ -11,9 +11,9 @@ import logging
 
 import lightkube
 
+from finops.api import conditions
 from finops.controller import config, metrics
 from finops.kube import client as kube_client
-from finops.kube import conditions
 from finops.pricing import opencost_document
 
 log = logging.getLogger(__name__)

@@ -19,10 +19,11 @@ from typing import Any
 
 import lightkube
 
+from finops.api import conditions
 from finops.billing import money
 from finops.controller import config, opencost_restart
 from finops.kube import client as kube_client
-from finops.kube import conditions, events, resources
+from finops.kube import events, resources
 from finops.pricing import election, opencost_document
 
 log = logging.getLogger(__name__)

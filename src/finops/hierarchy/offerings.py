@@ -20,9 +20,9 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from finops.api import conditions
 from finops.hierarchy import refs
 from finops.hierarchy.reasons import ConditionType, EventType, Reason
-from finops.kube import conditions
 from finops.pricing import resolve
 
 FINALIZER = "offerings.finops.stakater.com/finalizer"

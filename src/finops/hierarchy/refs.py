@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from finops.kube import conditions
+from finops.api import conditions
 
 
 class Key(NamedTuple):

@@ -28,10 +28,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from finops.api import models
+from finops.api import conditions, models
 from finops.hierarchy import family, offerings, refs
 from finops.hierarchy.reasons import ConditionType, EventType, Reason
-from finops.kube import conditions
 
 FINALIZER = "subscriptions.finops.stakater.com/finalizer"
 DEACTIVATE = "Deactivate"

@@ -27,9 +27,9 @@ import psycopg
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
+from finops.api import conditions
 from finops.billing import buckets, usage
 from finops.collection import charges, plan
-from finops.kube import conditions
 from finops.kube import subscriptions as kube_subs
 from finops.opencost import config as opencost_config
 from finops.store import allocations as store_allocations

@@ -12,8 +12,8 @@ from typing import Any
 
 import lightkube
 
+from finops.api import conditions
 from finops.kube import client as kube_client
-from finops.kube import conditions
 
 COMPONENT = "finops-operator"
 NORMAL = "Normal"

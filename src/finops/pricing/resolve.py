@@ -22,8 +22,8 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from finops.api import conditions
 from finops.billing import money, usage
-from finops.kube import conditions
 from finops.pricing import election
 
 

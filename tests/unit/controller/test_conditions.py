@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from finops.kube import conditions
+from finops.api import conditions
 
 T0 = dt.datetime(2026, 1, 1, 10, 0, tzinfo=dt.UTC)
 T1 = T0 + dt.timedelta(hours=1)
