@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 import httpx
@@ -128,9 +128,23 @@ def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     return next((c for c in conds if c.get("type") == kind), {})
 
 
+ControllerIdentity = Callable[[controlplane.ControlPlane], pathlib.Path]
+
+
 @contextlib.contextmanager
-def services(state: pathlib.Path, out: TextIO) -> Iterator[Services]:
-    """Start everything; stop everything on exit, in reverse order."""
+def services(
+    state: pathlib.Path,
+    out: TextIO,
+    controller_identity: ControllerIdentity | None = None,
+    controller_args: Sequence[str] = (),
+) -> Iterator[Services]:
+    """Start everything; stop everything on exit, in reverse order.
+
+    The controller runs as the control plane's admin unless `controller_identity` is given:
+    it is called once the release namespace exists and returns the kubeconfig the controller
+    uses instead (how a test runs it under the chart's least-privilege ServiceAccount).
+    `controller_args` are appended to the controller's command line (e.g. `--leader-elect`).
+    """
     state.mkdir(parents=True, exist_ok=True)
     _say(
         out,
@@ -163,9 +177,12 @@ def services(state: pathlib.Path, out: TextIO) -> Iterator[Services]:
         cert_dir.mkdir(exist_ok=True)
         ca.serving(["127.0.0.1"]).write(cert_dir, "tls")
         log_path = state / "controller.log"
+        controller_kubeconfig = (
+            controller_identity(kube) if controller_identity is not None else kube.kubeconfig
+        )
         env = {
             **os.environ,
-            "KUBECONFIG": str(kube.kubeconfig),
+            "KUBECONFIG": str(controller_kubeconfig),
             "POSTGRES_CONNECTION_STRING": dsn,
             "OPENCOST_CONNECTION_STRING": opencost.url,
             "OPENCOST_DEPLOYMENT_NAME": OPENCOST_DEPLOYMENT,
@@ -187,6 +204,7 @@ def services(state: pathlib.Path, out: TextIO) -> Iterator[Services]:
                     f"--health-probe-bind-address=127.0.0.1:{probe_port}",
                     f"--metrics-bind-address=127.0.0.1:{metrics_port}",
                     f"--webhook-cert-path={cert_dir}",
+                    *controller_args,
                 ],
                 env=env,
                 stdout=log_file,
@@ -268,31 +286,37 @@ def wait_for_activation(svc: Services, out: TextIO, timeout: float = 90) -> None
             _say(out, f"still waiting for {', '.join(pending)}; continuing anyway")
 
 
-def simulate_hours(svc: Services, hours: int, out: TextIO, start_offset: int = 0) -> dt.datetime:
-    """Run both jobs once per simulated hour, as the two hourly CronJobs would, from the
-    current hour (plus `start_offset` hours) on; return the last scheduled time."""
-    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
-    start = now + start_offset * HOUR
-    base_env = {
+def job_env(svc: Services, costjob: str, scheduled: dt.datetime) -> dict[str, str]:
+    """What a generated CronJob's pod sees for one scheduled run of `costjob` (the DSN as the
+    Secret would hand it over), minus the in-cluster identity."""
+    return {
+        "COSTJOB_NAME": costjob,
         "COSTJOB_NAMESPACE": SYSTEM_NS,
         "POSTGRES_CONNECTION_STRING": svc.dsn,
         "OPENCOST_CONNECTION_STRING": svc.opencost.url,
         "OPENCOST_AGGREGATE": "namespace,pod",  # the aggregate the real captures hold
         "HOURS_LOOKBACK": "1",
+        "SCHEDULED_TIMESTAMP": scheduled.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def simulate_hours(svc: Services, hours: int, out: TextIO, start_offset: int = 0) -> dt.datetime:
+    """Run both jobs once per simulated hour, as the two hourly CronJobs would, from the
+    current hour (plus `start_offset` hours) on; return the last scheduled time."""
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    start = now + start_offset * HOUR
     last = start
     for k in range(hours + 1):
         scheduled = start + k * HOUR + dt.timedelta(minutes=5)
         last = scheduled
         stamp = scheduled.strftime("%Y-%m-%dT%H:%M:%SZ")
-        env = {**base_env, "SCHEDULED_TIMESTAMP": stamp}
         alloc = _run_job(
-            svc, allocation_job.run, {**env, "COSTJOB_NAME": "resource-cost-collection"}, scheduled
+            svc, allocation_job.run, job_env(svc, "resource-cost-collection", scheduled), scheduled
         )
         charge = _run_job(
             svc,
             charge_job.run,
-            {**env, "COSTJOB_NAME": "subscription-charge-collection"},
+            job_env(svc, "subscription-charge-collection", scheduled),
             scheduled,
         )
         outcome = "ok" if alloc == charge == 0 else f"allocations={alloc} charges={charge}"
