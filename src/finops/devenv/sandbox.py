@@ -303,11 +303,12 @@ def job_env(svc: Services, costjob: str, scheduled: dt.datetime) -> dict[str, st
 def simulate_hours(svc: Services, hours: int, out: TextIO, start_offset: int = 0) -> dt.datetime:
     """Run both jobs once per simulated hour, as the two hourly CronJobs would, from the
     current hour (plus `start_offset` hours) on; return the last scheduled time."""
-    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
-    start = now + start_offset * HOUR
+    # The first run is now (the hour the examples activated in); later ones are the same
+    # minute of the following hours, as an hourly CronJob would fire them.
+    start = dt.datetime.now(dt.UTC).replace(microsecond=0) + start_offset * HOUR
     last = start
     for k in range(hours + 1):
-        scheduled = start + k * HOUR + dt.timedelta(minutes=5)
+        scheduled = start + k * HOUR
         last = scheduled
         stamp = scheduled.strftime("%Y-%m-%dT%H:%M:%SZ")
         alloc = _run_job(
