@@ -9,6 +9,16 @@ from collections.abc import Sequence
 MODES = ("controller", "cronjob", "collectionjob")
 
 
+def _flag(value: str) -> bool:
+    """A Go-style boolean flag value (`--flag=false`)."""
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "t", "yes"):
+        return True
+    if lowered in ("false", "0", "f", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Flags of the reference manager; modes select which process this is."""
     p = argparse.ArgumentParser(
@@ -33,7 +43,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--leader-elect", action="store_true", help="elect a leader through a Lease before acting"
     )
-    p.add_argument("--metrics-secure", action="store_true", help="serve metrics over HTTPS")
+    p.add_argument(
+        "--metrics-secure",
+        nargs="?",
+        const=True,
+        default=True,
+        type=_flag,
+        metavar="BOOL",
+        help="serve metrics over HTTPS to authorised callers only (default true; "
+        "--metrics-secure=false serves plain HTTP)",
+    )
     p.add_argument(
         "--webhook-cert-path", default="", help="directory holding the webhook certificate"
     )

@@ -83,6 +83,8 @@ class ControllerProcess:
             *(["--skipDBConnection"] if skip_db else []),
             f"--health-probe-bind-address=127.0.0.1:{self.probe_port}",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            # Plain HTTP so tests can scrape; the secure default has its own test.
+            "--metrics-secure=false",
             *(args or []),
         ]
         self.proc: subprocess.Popen[bytes] | None = None

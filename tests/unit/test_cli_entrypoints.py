@@ -42,3 +42,21 @@ def test_unknown_mode_is_refused() -> None:
     with pytest.raises(SystemExit) as exc:
         operator.main(["--mode=gateway-xyz"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "secure"),
+    [
+        ([], True),
+        (["--metrics-secure"], True),
+        (["--metrics-secure=false"], False),
+        (["--metrics-secure=true"], True),
+    ],
+)
+def test_metrics_secure_defaults_to_true_like_the_reference(argv: list[str], secure: bool) -> None:
+    assert operator.build_parser().parse_args(argv).metrics_secure is secure
+
+
+def test_a_bad_boolean_flag_value_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        operator.build_parser().parse_args(["--metrics-secure=maybe"])

@@ -37,7 +37,7 @@ from finops.controller import (
     workqueue,
 )
 from finops.kube import client as kube_client
-from finops.kube import leader, resources, watch
+from finops.kube import leader, resources, reviews, watch
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ def _identity() -> str:
 
 
 async def _start_servers(
-    args: argparse.Namespace, ready: Callable[[], bool]
+    args: argparse.Namespace, ready: Callable[[], bool], client: lightkube.AsyncClient
 ) -> list[asyncio.Server]:
     servers: list[asyncio.Server] = []
 
@@ -258,8 +258,14 @@ async def _start_servers(
         servers.append(await serving.serve(probe, {"/healthz": ok, "/readyz": readyz}))
     addr = serving.parse_bind_address(args.metrics_bind_address)
     if addr is not None:
-        ctx = serving.self_signed_context() if args.metrics_secure else None
-        servers.append(await serving.serve(addr, {"/metrics": metrics_route}, ssl_context=ctx))
+        if args.metrics_secure:
+            guard = reviews.MetricsAuthorizer(client).check
+            ctx = serving.self_signed_context()
+            servers.append(
+                await serving.serve(addr, {"/metrics": metrics_route}, ssl_context=ctx, guard=guard)
+            )
+        else:
+            servers.append(await serving.serve(addr, {"/metrics": metrics_route}))
     return servers
 
 
@@ -271,7 +277,7 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     client = kube_client.make_client()
     state = {"ready": False}
-    servers = await _start_servers(args, lambda: state["ready"])
+    servers = await _start_servers(args, lambda: state["ready"], client)
     elector: leader.LeaderElector | None = None
     code = 0
     try:

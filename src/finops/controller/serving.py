@@ -1,8 +1,9 @@
 """Tiny HTTP endpoints: `/healthz`, `/readyz` and `/metrics`.
 
 A hand-rolled asyncio server keeps the manager to one event loop and no web framework.
-`--metrics-secure` serves metrics over TLS with a self-signed certificate made at start
-(the reference's default when no certificate directory is given).
+`--metrics-secure` (the default) serves metrics over TLS with a self-signed certificate made
+at start, and only to callers the cluster authorises (TokenReview + SubjectAccessReview on
+the non-resource URL `/metrics`), as the reference's filters do.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from collections.abc import Awaitable, Callable
 log = logging.getLogger(__name__)
 
 Route = Callable[[], Awaitable[tuple[int, str, bytes]]]
+Guard = Callable[[str | None, str], Awaitable[int]]
+"""Given the `Authorization` header (or None) and the path, the status to answer: 200 lets
+the route run; anything else is returned as is."""
 
 
 def parse_bind_address(address: str) -> tuple[str, int] | None:
@@ -28,26 +32,43 @@ def parse_bind_address(address: str) -> tuple[str, int] | None:
     return (host or "0.0.0.0", int(port))
 
 
-_REASONS = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 async def serve(
-    address: tuple[str, int], routes: dict[str, Route], ssl_context: ssl.SSLContext | None = None
+    address: tuple[str, int],
+    routes: dict[str, Route],
+    ssl_context: ssl.SSLContext | None = None,
+    guard: Guard | None = None,
 ) -> asyncio.Server:
-    """Start a server answering GET on the given paths."""
+    """Start a server answering GET on the given paths (behind `guard` when given)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request_line = await asyncio.wait_for(reader.readline(), timeout=10)
+            authorization: str | None = None
             while True:
                 line = await asyncio.wait_for(reader.readline(), timeout=10)
                 if line in (b"\r\n", b"\n", b""):
                     break
+                name, _, value = line.decode("latin-1").partition(":")
+                if name.strip().lower() == "authorization":
+                    authorization = value.strip()
             parts = request_line.decode("latin-1").split()
             path = parts[1].split("?", 1)[0] if len(parts) >= 2 else "/"
             route = routes.get(path)
+            verdict = 200 if route is None or guard is None else await guard(authorization, path)
             if route is None:
                 code, ctype, body = 404, "text/plain", b"not found\n"
+            elif verdict != 200:
+                code, ctype, body = verdict, "text/plain", f"{_REASONS.get(verdict, '')}\n".encode()
             else:
                 code, ctype, body = await route()
             head = (

@@ -203,6 +203,7 @@ def services(
                     "--mode=controller",
                     f"--health-probe-bind-address=127.0.0.1:{probe_port}",
                     f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+                    "--metrics-secure=false",  # a local sandbox: plain HTTP for curl
                     f"--webhook-cert-path={cert_dir}",
                     *controller_args,
                 ],
