@@ -16,7 +16,9 @@ The unit price is the row's own PriceBook rate with the Offering's margin applie
 no rate for a meter is dropped from that meter. Quantities and unit prices are exact rationals
 (`Fraction`): an hour is 3600 seconds, so a trimmed hour is generally not a finite decimal,
 and a `Decimal` would round silently. A charge row (hour × meter) is the exact sum of quantity
-× unit price over its rows, rounded once to a whole micro, half to even.
+× unit price over its rows, rounded once to a whole micro, half to even. The sums are kept
+as whole numbers over a fixed denominator per meter (`_Sum`), not as a `Fraction` per row:
+the same exact values at a fraction of the cost.
 """
 
 from __future__ import annotations
@@ -281,26 +283,167 @@ class UsageCharge:
         return self.meter.value
 
     def quantity_decimal(self, places: int = 12) -> Decimal:
-        """The quantity for storage and display, rounded half-even to `places` decimals."""
-        return money.to_decimal(self.quantity, places)
+        """The quantity for storage and display, rounded half-even to `places` decimals
+        (what `money.to_decimal` gives, in integers: this runs once per charge row)."""
+        q = self.quantity
+        scaled = _half_even(q.numerator * 10**places, q.denominator)
+        # Parsed from text, which no decimal context rounds.
+        return Decimal(f"{scaled}E-{places}")
 
     def unit_price_micros(self) -> money.Micros:
         """Amount per unit, rounded half-even: the quantity-weighted average of the rows'
         unit prices (equal to the shared unit price when all rows have one)."""
-        if self.quantity == 0:
+        q = self.quantity
+        if q == 0:
             return money.Micros(0)
-        return money.round_half_even(self.exact_amount * _reciprocal(self.quantity))
+        a = self.exact_amount
+        numerator, denominator = a.numerator * q.denominator, a.denominator * q.numerator
+        if denominator < 0:
+            numerator, denominator = -numerator, -denominator
+        return money.Micros(_half_even(numerator, denominator))
 
 
-def _reciprocal(value: Fraction) -> Fraction:
-    return Fraction(value.denominator, value.numerator)
+def _half_even(numerator: int, denominator: int) -> int:
+    """`money.round_half_even(Fraction(numerator, denominator))` for a positive denominator,
+    without reducing the fraction first (the rounding does not need it)."""
+    floor, rest = divmod(numerator, denominator)
+    twice = 2 * rest
+    if twice > denominator or (twice == denominator and floor % 2 == 1):
+        floor += 1
+    return floor
 
 
-@dataclasses.dataclass
-class _Accumulator:
-    quantity: Fraction = Fraction(0)
-    amount: Fraction = Fraction(0)
-    rows: int = 0
+# The fixed denominator of each meter's quantity, in units of the row's decimal value:
+# per-hour meters count covered microseconds, the others count whole rows (a trimmed row of
+# theirs takes the exact `Fraction` path instead).
+_DENOMINATOR: dict[Meter, int] = {
+    Meter.CPU_HOUR: MICROSECONDS_PER_HOUR,
+    Meter.GPU_HOUR: MICROSECONDS_PER_HOUR,
+    Meter.RAM_GB_HOUR: MICROSECONDS_PER_HOUR * GIB,
+    Meter.PV_GB_HOUR: GIB,
+    Meter.NETWORK_GB: GIB,
+}
+
+_RATE_ATTRIBUTE: dict[Meter, str] = {
+    Meter.CPU_HOUR: "cpu_hour",
+    Meter.GPU_HOUR: "gpu_hour",
+    Meter.RAM_GB_HOUR: "ram_gb_hour",
+    Meter.PV_GB_HOUR: "pv_gb_hour",
+    Meter.NETWORK_GB: "network_gib",
+}
+
+
+def _price_milli(margin: Margin, rate_micros: int) -> int:
+    """`margin.apply(rate_micros)` × 1000, a whole number: the factor is in thousandths."""
+    price = rate_micros * (1000 if margin.factor_milli is None else margin.factor_milli)
+    if margin.absolute_micros is not None:
+        price += margin.absolute_micros * 1000
+    return max(price, 0)
+
+
+def _only_twos_and_fives(denominator: int) -> bool:
+    for prime in (2, 5):
+        while denominator % prime == 0:
+            denominator //= prime
+    return denominator == 1
+
+
+_NO_FRACTION = Fraction(0)  # Shared: a Fraction is immutable, `+=` rebinds.
+
+
+class _Sum:
+    """One charge row's exact sums as whole numbers over a fixed denominator.
+
+    Why not `Fraction` per row: every row's decimal quantity is a multiple of 1/`scale` (a
+    power of ten, grown as rows need it) and its time is whole microseconds, so
+    `quantity × scale × denominator` and `amount × scale × denominator × 1000` are integers
+    that only ever add; one division per charge row turns them back into exact rationals.
+    Values that are not finite decimals, and trimmed rows of the per-row meters, go to the
+    exact `Fraction` remainder.
+    """
+
+    __slots__ = ("amount", "extra_amount", "extra_quantity", "quantity", "rows", "scale")
+
+    def __init__(self) -> None:
+        self.scale = 1
+        self.quantity = 0
+        self.amount = 0
+        self.rows = 0
+        self.extra_quantity: Fraction | None = None
+        self.extra_amount = _NO_FRACTION
+
+    def multiplier(self, denominator: int) -> int | None:
+        """`scale // denominator`, growing `scale` first; None when no power of ten fits."""
+        if self.scale % denominator:
+            if not _only_twos_and_fives(denominator):
+                return None
+            while self.scale % denominator:
+                self.scale *= 10
+                self.quantity *= 10
+                self.amount *= 10
+        return self.scale // denominator
+
+    def add_exact(self, quantity: Fraction, price_milli: int) -> None:
+        if self.extra_quantity is None:
+            self.extra_quantity = Fraction(0)
+        self.extra_quantity += quantity
+        self.extra_amount += quantity * Fraction(price_milli, 1000)
+
+    def totals(self, denominator: int) -> tuple[Fraction, Fraction]:
+        """The exact quantity and amount."""
+        whole = self.scale * denominator
+        quantity = Fraction(self.quantity, whole)
+        amount = Fraction(self.amount, whole * 1000)
+        if self.extra_quantity is not None:
+            return quantity + self.extra_quantity, amount + self.extra_amount
+        return quantity, amount
+
+
+def _aware(t: dt.datetime) -> dt.datetime:
+    return t if t.tzinfo is dt.UTC else ticks.utc(t)
+
+
+def _coverage(row: allocation.AllocationRow, interval: ActiveInterval) -> tuple[int, int] | None:
+    """`(covered, length)` in microseconds, as `RowShare.of` measures them; an instant inside
+    the interval is `(0, 0)`; None when the row is not billed."""
+    start = _aware(row.start)
+    end = _aware(row.end)
+    length = max(0, (end - start) // ONE_MICROSECOND)
+    lo = start if start > interval.activated_at else interval.activated_at
+    if length == 0:
+        return (0, 0) if interval.contains(start) else None
+    hi = end
+    if interval.deactivated_at is not None and interval.deactivated_at < hi:
+        hi = interval.deactivated_at
+    covered = max(0, (hi - lo) // ONE_MICROSECOND)
+    return None if covered == 0 else (covered, length)
+
+
+def _add(acc: _Sum, value: Decimal, weight: int, price_milli: int) -> bool:
+    """Add `max(value, 0) × weight` on the integer path; False when `value` is not a finite
+    decimal (the caller takes the exact path)."""
+    numerator, denominator = value.as_integer_ratio()
+    multiplier = acc.multiplier(denominator)
+    if multiplier is None:
+        return False
+    if numerator > 0 and weight:
+        scaled = numerator * multiplier * weight
+        acc.quantity += scaled
+        acc.amount += scaled * price_milli
+    return True
+
+
+def _add_network(acc: _Sum, row: allocation.AllocationRow, price_milli: int) -> bool:
+    sent_n, sent_d = row.network_transfer_bytes.as_integer_ratio()
+    received_n, received_d = row.network_receive_bytes.as_integer_ratio()
+    if acc.multiplier(sent_d) is None or acc.multiplier(received_d) is None:
+        return False
+    scale = acc.scale
+    moved = sent_n * (scale // sent_d) + received_n * (scale // received_d)
+    if moved > 0:
+        acc.quantity += moved
+        acc.amount += moved * price_milli
+    return True
 
 
 def usage_charges(
@@ -314,32 +457,65 @@ def usage_charges(
     Offering without usage meters, has none."""
     if not usage_sources or not pricing:
         return []
-    totals: dict[tuple[dt.datetime, Meter], _Accumulator] = {}
+    plan = [(e.meter, _RATE_ATTRIBUTE[e.meter], e.margin) for e in pricing.meters]
+    prices: dict[tuple[Meter, int], int] = {}
+    totals: dict[tuple[dt.datetime, Meter], _Sum] = {}
+    single = usage_sources[0] if len(usage_sources) == 1 else None
     for priced in rows:
+        rates = priced.rates
+        if rates is None:
+            continue
         row = priced.row
-        if priced.rates is None or not sources.matches_any(usage_sources, row):
+        if single is not None:
+            if not single.matches(row):
+                continue
+        elif not sources.matches_any(usage_sources, row):
             continue
-        share = RowShare.of(row, interval)
-        if share is None:
+        coverage = _coverage(row, interval)
+        if coverage is None:
             continue
-        for entry in pricing.meters:
-            rate = priced.rates.for_meter(entry.meter)
+        covered, length = coverage
+        hour = _aware(row.hour)
+        for meter, attribute, margin in plan:
+            rate: int = getattr(rates, attribute)
             if rate <= 0:
                 continue  # No rate for this meter: dropped, not billed at the margin alone.
-            quantity = meter_quantity(entry.meter, row, share)
-            acc = totals.setdefault((ticks.utc(row.hour), entry.meter), _Accumulator())
-            acc.quantity += quantity
-            acc.amount += quantity * entry.margin.apply(rate)
+            price = prices.get((meter, rate))
+            if price is None:
+                price = prices[(meter, rate)] = _price_milli(margin, rate)
+            key = (hour, meter)
+            acc = totals.get(key)
+            if acc is None:
+                acc = totals[key] = _Sum()
             acc.rows += 1
+            if meter is Meter.CPU_HOUR:
+                done = _add(acc, row.cpu_core_usage_average, covered, price)
+            elif meter is Meter.RAM_GB_HOUR:
+                done = _add(acc, row.ram_byte_usage_average, covered, price)
+            elif meter is Meter.GPU_HOUR:
+                done = _add(acc, row.gpu_usage_average, covered, price)
+            elif covered != length:
+                done = False  # A trimmed row of a per-row meter: its share is not a decimal.
+            elif meter is Meter.PV_GB_HOUR:
+                done = _add(acc, row.pv_byte_hours, 1, price)
+            else:
+                done = _add_network(acc, row, price)
+            if not done:
+                share = RowShare.of(row, interval)
+                assert share is not None  # _coverage found the row inside the interval.
+                acc.add_exact(meter_quantity(meter, row, share), price)
     order = {meter: i for i, meter in enumerate(USAGE_METERS)}
-    return [
-        UsageCharge(
-            hour=hour,
-            meter=meter,
-            quantity=acc.quantity,
-            exact_amount=acc.amount,
-            amount_micros=money.round_half_even(acc.amount),
-            rows=acc.rows,
+    charges = []
+    for (hour, meter), acc in sorted(totals.items(), key=lambda kv: (kv[0][0], order[kv[0][1]])):
+        quantity, amount = acc.totals(_DENOMINATOR[meter])
+        charges.append(
+            UsageCharge(
+                hour=hour,
+                meter=meter,
+                quantity=quantity,
+                exact_amount=amount,
+                amount_micros=money.Micros(_half_even(amount.numerator, amount.denominator)),
+                rows=acc.rows,
+            )
         )
-        for (hour, meter), acc in sorted(totals.items(), key=lambda kv: (kv[0][0], order[kv[0][1]]))
-    ]
+    return charges

@@ -50,15 +50,19 @@ def _utc(value: dt.datetime) -> dt.datetime:
     return value.astimezone(dt.UTC)
 
 
-def _stored(record: tuple[Any, ...]) -> store_allocations.StoredAllocation:
+def _stored(
+    record: tuple[Any, ...], utc: dict[dt.datetime, dt.datetime]
+) -> store_allocations.StoredAllocation:
+    """One row; `utc` remembers converted instants (rows share a handful of them)."""
+    hour, start, end = record[4], record[5], record[6]
     row = allocation.AllocationRow(
         cluster=record[0],
         name=record[1],
         namespace=record[2],
         aggregation=record[3],
-        hour=_utc(record[4]),
-        start=_utc(record[5]),
-        end=_utc(record[6]),
+        hour=utc.get(hour) or utc.setdefault(hour, _utc(hour)),
+        start=utc.get(start) or utc.setdefault(start, _utc(start)),
+        end=utc.get(end) or utc.setdefault(end, _utc(end)),
         controller_kind=record[7],
         controller_name=record[8],
         pod=record[9],
@@ -118,7 +122,8 @@ def usage_rows(
     """
     with conn.cursor() as cur:
         cur.execute(query.encode(), params)
-        return [_stored(r) for r in cur]
+        utc: dict[dt.datetime, dt.datetime] = {}
+        return [_stored(r, utc) for r in cur.fetchall()]
 
 
 def latest_currency(conn: psycopg.Connection[Any], *, cluster: str) -> str:
@@ -195,7 +200,7 @@ def delete_stale(
         WHERE c.cluster = %s AND c.subscription_uid = w.uid
           AND c.hour >= w.lo AND c.hour < w.hi AND NOT c.finalized
           AND (c.subscription_uid, c.hour, c.source) NOT IN (
-              SELECT * FROM unnest(%s::text[], %s::timestamptz[], %s::text[]))
+              SELECT * FROM unnest(%b::text[], %b::timestamptz[], %b::text[]))
         """,
         (
             list(windows),
