@@ -96,6 +96,17 @@ def test_each_costjob_owns_a_cronjob_in_its_namespace(services: sandbox.Services
             assert mode in container["args"]
 
 
+def test_both_collection_jobs_record_their_runs_on_their_costjobs(
+    services: sandbox.Services,
+) -> None:
+    jobs = by_name(services, "costjobs")
+    for name in ("resource-cost-collection", "subscription-charge-collection"):
+        status = jobs[name]["status"]
+        assert status["lastExecutionStatus"] == "Success", name
+        assert len(status["executionHistory"]) == HOURS + 1, name
+        assert status["lastSuccessfulExecutionTime"] == status["lastExecutionTime"]
+
+
 def test_the_ledger_and_status_costs_agree_to_the_micro(services: sandbox.Services) -> None:
     subs = by_name(services, "subscriptions")
     with psycopg.connect(services.dsn) as conn:
@@ -156,6 +167,10 @@ def test_metrics_expose_costs_of_the_run(services: sandbox.Services) -> None:
         metric(text, "finops_costjob_last_execution_success", costjob="resource-cost-collection")
         == 1
     )
+    charge_runs = metric(
+        text, "finops_costjob_last_execution_success", costjob="subscription-charge-collection"
+    )
+    assert charge_runs == 1
     reconciled = metric(text, "controller_runtime_reconcile_total", controller="subscription")
     assert reconciled is not None and reconciled > 0
 

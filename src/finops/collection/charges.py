@@ -283,9 +283,9 @@ class CostsReason(enum.StrEnum):
 
 COSTS_RESOLVED = "CostsResolved"
 COSTS_MESSAGES: dict[CostsReason, str] = {
-    CostsReason.FROM_DB: "Status.Costs resolved from DBCostSummary",
+    CostsReason.FROM_DB: "status.costs aggregated from the charge rows in PostgreSQL",
     CostsReason.FROM_CALCULATOR: (
-        "Status.Costs resolved from the fee calculator: the charge ledger could not be read, "
+        "status.costs computed by the fee calculator: the charge ledger could not be read, "
         "so usage is not included"
     ),
 }

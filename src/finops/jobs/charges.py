@@ -20,6 +20,7 @@ import datetime as dt
 import functools
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -29,7 +30,8 @@ from lightkube.core.exceptions import ApiError
 
 from finops.api import conditions
 from finops.billing import buckets, usage
-from finops.collection import charges, plan
+from finops.collection import charges, durations, plan
+from finops.kube import costjobs
 from finops.kube import subscriptions as kube_subs
 from finops.opencost import config as opencost_config
 from finops.store import allocations as store_allocations
@@ -522,11 +524,14 @@ async def run(
         log.error("required environment variable not set: %s", pool.DSN_ENV)
         return 1
     client = kube or AsyncClient(field_manager="finops-operator")
+    started_at, started = now(), time.monotonic()
     try:
         try:
-            report = await collect(client, env, now(), namespace=namespace)
+            report = await collect(client, env, started_at, namespace=namespace)
         except ApiError as exc:
             log.error("cannot list Subscriptions: %s", _describe(exc))
+            error = f"cannot list Subscriptions: {_describe(exc)}"
+            await _record(client, env, started_at, started, error)
             return 1
         for key, error in sorted(report.errors.items()):
             log.error("subscription %s: %s", key, error, extra={"subscription": key})
@@ -540,10 +545,42 @@ async def run(
             len(report.held),
             len(report.errors),
         )
-        return 1 if report.errors else 0
+        summary = "; ".join(f"{k}: {e}" for k, e in sorted(report.errors.items()))
+        recorded = await _record(client, env, started_at, started, _clip(summary))
+        return 1 if report.errors or not recorded else 0
     finally:
         if kube is None:
             await client.close()
+
+
+def _clip(text: str, limit: int = 1024) -> str:
+    """Keep an execution record readable (and the object small) when many things failed."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def _record(
+    client: AsyncClient, env: Mapping[str, str], at: dt.datetime, started: float, error: str
+) -> bool:
+    """Prepend this run's record to its CostJob's history (beyond the reference, which left a
+    charge CostJob's status empty: DESIGN §2.8); a run without `COSTJOB_NAME`, e.g. started
+    by hand, records nothing. Returns False when the record could not be written."""
+    name, namespace = env.get("COSTJOB_NAME", ""), env.get("COSTJOB_NAMESPACE", "")
+    if not name or not namespace:
+        return True
+    record = plan.ExecutionRecord(
+        execution_time=at,
+        succeeded=not error,
+        duration=durations.format_seconds(dt.timedelta(seconds=time.monotonic() - started)),
+        error=error,
+    )
+    try:
+        await costjobs.update_costjob_status(
+            client, namespace, name, lambda status: plan.status_after_run(status, record)
+        )
+    except ApiError as exc:
+        log.error("cannot record the outcome on CostJob %s/%s: %s", namespace, name, _describe(exc))
+        return False
+    return True
 
 
 def main() -> int:
