@@ -9,7 +9,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -18,6 +17,7 @@ import psycopg
 import pytest
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
+from tests.e2e._support import active_book
 
 from finops.devenv import controlplane
 from finops.devenv import opencost_replay as replay
@@ -33,32 +33,9 @@ GROUP = "/apis/finops.stakater.com/v1alpha1"
 @pytest.fixture(scope="module")
 def book(kube: controlplane.ControlPlane) -> Iterator[dict[str, Any]]:
     """One annotated PriceBook marked active and ready, as the controller would leave it."""
-    ns = f"books-{uuid.uuid4().hex[:8]}"
-    kube.create_namespace(ns)
-    body = {
-        "apiVersion": "finops.stakater.com/v1alpha1",
-        "kind": "PriceBook",
-        "metadata": {
-            "name": "onprem-standard",
-            "namespace": ns,
-            "annotations": {"finops.stakater.com/active": "true"},
-        },
-        "spec": {
-            "currency": "USD",
-            "valuationMode": "currency",
-            "rates": {"cpuHour": "0.031", "ramGbHour": "0.004", "networkGiB": "0.09"},
-        },
-    }
-    with kube.http() as client:
-        created = client.post(f"{GROUP}/namespaces/{ns}/pricebooks", json=body)
-        assert created.status_code == 201, created.text
-        obj = created.json()
-        obj["status"] = {"active": True, "ready": "True"}
-        put = client.put(f"{GROUP}/namespaces/{ns}/pricebooks/onprem-standard/status", json=obj)
-        assert put.status_code == 200, put.text
-        yield put.json()
-        # Other tests elect among every book of the cluster: leave none behind.
-        client.delete(f"{GROUP}/namespaces/{ns}/pricebooks/onprem-standard")
+    rates = {"cpuHour": "0.031", "ramGbHour": "0.004", "networkGiB": "0.09"}
+    with active_book(kube, "onprem-standard", rates) as obj:
+        yield obj
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from fractions import Fraction
@@ -20,6 +19,7 @@ import psycopg
 import pytest
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
+from tests.e2e._support import active_book
 
 from finops.devenv import controlplane
 from finops.devenv import opencost_replay as replay
@@ -44,39 +44,9 @@ FIXED_MONTH = 2_629_800
 @pytest.fixture(scope="module")
 def book(kube: controlplane.ControlPlane) -> Iterator[dict[str, Any]]:
     """The active, ready currency PriceBook the allocation job prices rows with."""
-    ns = f"books-{uuid.uuid4().hex[:8]}"
-    kube.create_namespace(ns)
-    body = {
-        "apiVersion": "finops.stakater.com/v1alpha1",
-        "kind": "PriceBook",
-        "metadata": {
-            "name": "charges-book",
-            "namespace": ns,
-            "annotations": {"finops.stakater.com/active": "true"},
-        },
-        "spec": {
-            "currency": "USD",
-            "valuationMode": "currency",
-            "rates": {
-                "cpuHour": "0.031",
-                "ramGbHour": "0.004",
-                "pvGbHour": "0.0002",
-                "networkGiB": "0.09",
-            },
-        },
-    }
-    url = f"{GROUP}/namespaces/{ns}/pricebooks"
-    with kube.http() as client:
-        created = client.post(url, json=body)
-        assert created.status_code == 201, created.text
-        obj = created.json()
-        obj["status"] = {"active": True, "ready": "True"}
-        put = client.put(f"{url}/charges-book/status", json=obj)
-        assert put.status_code == 200, put.text
-        yield put.json()
-        obj = client.get(f"{url}/charges-book").json()
-        obj["status"] = {"active": False}
-        client.put(f"{url}/charges-book/status", json=obj)
+    rates = {"cpuHour": "0.031", "ramGbHour": "0.004", "pvGbHour": "0.0002", "networkGiB": "0.09"}
+    with active_book(kube, "charges-book", rates) as obj:
+        yield obj
 
 
 def create(kube: controlplane.ControlPlane, ns: str, plural: str, body: dict[str, Any]) -> None:

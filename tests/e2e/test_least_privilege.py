@@ -19,14 +19,14 @@ import re
 import ssl
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 import yaml
+from tests.e2e._support import by_name, condition, items, wait_until
 from tests.kube import _helm
 
 from finops.devenv import controlplane, sandbox
@@ -164,29 +164,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         yield ready
 
 
-def items(svc: sandbox.Services, plural: str) -> list[dict[str, Any]]:
-    with svc.kube.http() as client:
-        got: list[dict[str, Any]] = client.get(f"{GROUP}/{plural}").json()["items"]
-    return got
-
-
-def by_name(svc: sandbox.Services, plural: str) -> dict[str, dict[str, Any]]:
-    return {o["metadata"]["name"]: o for o in items(svc, plural)}
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return next((c for c in conds if c["type"] == kind), {})
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
-
-
 def refusals(text: str) -> list[str]:
     return [line for line in text.splitlines() if FORBIDDEN.search(line)]
 
@@ -248,11 +225,12 @@ def test_each_costjob_owns_its_cronjob_and_records_successful_runs(setup: Setup)
             assert pod["serviceAccountName"] == JOB_SA
             assert mode in pod["containers"][0]["args"]
             assert cron["metadata"]["ownerReferences"][0]["name"] == name
-    # The allocation job records each run in its CostJob's status (the charge job keeps no
-    # execution record; its runs are checked by their exit status below).
-    status = by_name(setup.svc, "costjobs")["resource-cost-collection"]["status"]
-    assert status["lastExecutionStatus"] == "Success", status
-    assert [run["status"] for run in status["executionHistory"]] == ["Success"] * (HOURS + 1)
+    # Both jobs record each run in their CostJob's status, through the job identity.
+    jobs = by_name(setup.svc, "costjobs")
+    for name in ("resource-cost-collection", "subscription-charge-collection"):
+        status = jobs[name]["status"]
+        assert status["lastExecutionStatus"] == "Success", status
+        assert [run["status"] for run in status["executionHistory"]] == ["Success"] * (HOURS + 1)
 
 
 def test_the_charge_job_writes_status_costs_of_every_subscription(setup: Setup) -> None:

@@ -14,14 +14,13 @@ import math
 import pathlib
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import httpx
 import psycopg
 import pytest
 from prometheus_client import parser
+from tests.e2e._support import by_name, condition, items, wait_until
 
 from finops.devenv import sandbox
 
@@ -39,29 +38,6 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sandbox.Servi
         sandbox.wait_for_activation(svc, out)
         sandbox.simulate_hours(svc, HOURS, out)
         yield svc
-
-
-def items(svc: sandbox.Services, plural: str) -> list[dict[str, Any]]:
-    with svc.kube.http() as client:
-        got: list[dict[str, Any]] = client.get(f"{GROUP}/{plural}").json()["items"]
-    return got
-
-
-def by_name(svc: sandbox.Services, plural: str) -> dict[str, dict[str, Any]]:
-    return {o["metadata"]["name"]: o for o in items(svc, plural)}
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return next((c for c in conds if c["type"] == kind), {})
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
 
 
 def test_the_examples_become_ready_and_active(services: sandbox.Services) -> None:
