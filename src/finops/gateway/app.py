@@ -1,0 +1,273 @@
+"""The FinOps gateway: read-only JSON over the charge ledger, scoped per namespace.
+
+Why its own process: tenants and dashboards read charges without any access to PostgreSQL.
+Unlike the reference, authentication is on unless `ENABLE_AUTH` is exactly `false`: every
+request's bearer token goes through TokenReview, then a SubjectAccessReview for `get` on
+`subscriptions.finops.stakater.com` in the namespace asked about, so one tenant cannot read
+another's charges. Money is integer micros, times RFC3339 UTC, windows half-open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import psycopg
+import psycopg_pool
+import uvicorn
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from finops.kube import client as kube_client
+from finops.kube import reviews
+from finops.store import pool, reads
+
+log = logging.getLogger(__name__)
+
+PORT_ENV = "PORT"
+DSN_ENV = "PG_CONNECTION_STRING"
+AUTH_ENV = "ENABLE_AUTH"
+ORIGINS_ENV = "ALLOWED_ORIGINS"
+DEFAULT_PORT = 8080
+MAX_WINDOW = dt.timedelta(days=366)
+GROUP = "finops.stakater.com"
+RESOURCE = "subscriptions"
+
+
+class Authorizer:
+    """What the app asks before reading a namespace: 200, 401, 403 or 500."""
+
+    async def check(self, authorization: str | None, namespace: str) -> int:
+        raise NotImplementedError
+
+
+class _ReviewAuthorizer(Authorizer):
+    def __init__(self, reviewer: reviews.ResourceAuthorizer) -> None:
+        self.reviewer = reviewer
+
+    async def check(self, authorization: str | None, namespace: str) -> int:
+        return await self.reviewer.check(
+            authorization, namespace=namespace, verb="get", group=GROUP, resource=RESOURCE
+        )
+
+
+class _OpenAuthorizer(Authorizer):
+    async def check(self, authorization: str | None, namespace: str) -> int:
+        return 200
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The gateway's environment, read once at start."""
+
+    port: int
+    dsn: str
+    auth: bool
+    origins: tuple[str, ...]
+    cluster: str
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        dsn = env.get(DSN_ENV, "").strip()
+        if not dsn:
+            raise pool.LedgerConnectionError(f"{DSN_ENV} is not set; it must hold the DSN")
+        raw_port = env.get(PORT_ENV, "").strip() or str(DEFAULT_PORT)
+        try:
+            port = int(raw_port)
+        except ValueError:
+            raise ValueError(f"{PORT_ENV} must be a port number, got {raw_port!r}") from None
+        origins = tuple(o.strip() for o in env.get(ORIGINS_ENV, "").split(",") if o.strip())
+        return cls(
+            port=port,
+            dsn=dsn,
+            auth=env.get(AUTH_ENV) != "false",
+            origins=origins,
+            cluster=pool.cluster_id(env),
+        )
+
+
+class BadRequest(ValueError):
+    """A query parameter the gateway refuses; the message goes back to the caller."""
+
+
+def _instant(params: Mapping[str, str], key: str) -> dt.datetime:
+    raw = params.get(key)
+    if raw is None or not raw.strip():
+        raise BadRequest(
+            f"query parameter {key!r} is required (RFC3339, e.g. 2026-04-01T00:00:00Z)"
+        )
+    try:
+        value = dt.datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise BadRequest(f"{key!r} is not an RFC3339 time: {raw!r}") from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise BadRequest(f"{key!r} must carry a UTC offset or Z: {raw!r}")
+    return value.astimezone(dt.UTC)
+
+
+def parse_window(params: Mapping[str, str]) -> tuple[dt.datetime, dt.datetime]:
+    """[from, to) from the query: aware RFC3339, from before to, at most 366 days apart."""
+    start, end = _instant(params, "from"), _instant(params, "to")
+    if start >= end:
+        raise BadRequest("'from' must be before 'to' (the window is [from, to))")
+    if end - start > MAX_WINDOW:
+        raise BadRequest(f"the window may span at most {MAX_WINDOW.days} days")
+    return start, end
+
+
+def _rfc3339(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+_REFUSALS = {
+    401: "a valid bearer token is required",
+    403: "not allowed to get subscriptions.finops.stakater.com in this namespace",
+    500: "cannot review the request with the Kubernetes API",
+}
+
+
+def build(
+    settings: Settings,
+    ledger: Callable[[], psycopg_pool.ConnectionPool[Any]],
+    authorizer: Authorizer,
+) -> Starlette:
+    """The ASGI app; `ledger` returns the open pool (opened by the lifespan in `main`)."""
+
+    async def guarded(
+        request: Request, query: Callable[[psycopg.Connection[Any], dt.datetime, dt.datetime], Any]
+    ) -> JSONResponse:
+        namespace = request.path_params["namespace"]
+        verdict = await authorizer.check(request.headers.get("authorization"), namespace)
+        if verdict != 200:
+            return _error(verdict, _REFUSALS.get(verdict, "refused"))
+        try:
+            start, end = parse_window(request.query_params)
+        except BadRequest as exc:
+            return _error(400, str(exc))
+
+        def run() -> Any:
+            with ledger().connection() as conn:
+                return query(conn, start, end)
+
+        try:
+            body = await run_in_threadpool(run)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            reason = pool.redact(str(exc).strip() or type(exc).__name__, settings.dsn)
+            log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), reason)
+            return _error(503, "the ledger is unavailable")
+        return JSONResponse({"from": _rfc3339(start), "to": _rfc3339(end), **body})
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def charges(request: Request) -> JSONResponse:
+        namespace, name = request.path_params["namespace"], request.path_params["name"]
+
+        def query(conn: psycopg.Connection[Any], start: dt.datetime, end: dt.datetime) -> Any:
+            rows = reads.subscription_charges(
+                conn, cluster=settings.cluster, namespace=namespace, name=name, start=start, end=end
+            )
+            items = [
+                {
+                    "subscriptionUid": r.subscription_uid,
+                    "hour": _rfc3339(r.hour),
+                    "source": r.source,
+                    "quantity": str(r.quantity),
+                    "unitPriceMicros": r.unit_price_micros,
+                    "amountMicros": r.amount_micros,
+                    "currency": r.currency,
+                    "finalized": r.finalized,
+                }
+                for r in rows
+            ]
+            return {"namespace": namespace, "name": name, "items": items}
+
+        return await guarded(request, query)
+
+    async def costs(request: Request) -> JSONResponse:
+        namespace = request.path_params["namespace"]
+
+        def query(conn: psycopg.Connection[Any], start: dt.datetime, end: dt.datetime) -> Any:
+            rows = reads.namespace_costs(
+                conn, cluster=settings.cluster, namespace=namespace, start=start, end=end
+            )
+            items = [
+                {
+                    "subscription": r.subscription,
+                    "subscriptionUid": r.subscription_uid,
+                    "source": r.source,
+                    "currency": r.currency,
+                    "totalMicros": r.total_micros,
+                    "finalizedMicros": r.finalized_micros,
+                }
+                for r in rows
+            ]
+            return {"namespace": namespace, "items": items}
+
+        return await guarded(request, query)
+
+    middleware = []
+    if settings.origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(settings.origins),
+                allow_methods=["GET"],
+                allow_headers=["Authorization"],
+            )
+        )
+    base = "/api/v1/namespaces/{namespace}"
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route(f"{base}/subscriptions/{{name}}/charges", charges, methods=["GET"]),
+            Route(f"{base}/costs", costs, methods=["GET"]),
+        ],
+        middleware=middleware,
+    )
+
+
+def main() -> int:
+    """Console entry `finops-gateway`: serve on `PORT` until stopped."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = Settings.from_env()
+        ledger = pool.open_pool(settings.dsn, apply_migrations=False, name="finops-gateway")
+    except (pool.LedgerConnectionError, ValueError) as exc:
+        log.error("gateway cannot start: %s", exc)
+        return 1
+    authorizer: Authorizer = _OpenAuthorizer()
+    if settings.auth:
+        authorizer = _ReviewAuthorizer(reviews.ResourceAuthorizer(kube_client.make_client()))
+    else:
+        log.warning("%s=false: every namespace's charges are readable without a token", AUTH_ENV)
+    app = build(settings, lambda: ledger, authorizer)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await run_in_threadpool(ledger.close)
+
+    app.router.lifespan_context = lifespan
+    uvicorn.run(app, host="0.0.0.0", port=settings.port, log_level="info")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Read-only queries for the FinOps gateway: one Subscription's charge rows, a namespace's sums.
+
+Charges are found through the Subscription version that priced them, so a row belongs to
+the namespace and name the Subscription had when it was charged. Hours are half-open
+[start, end); money stays integer micros and quantities exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+
+
+@dataclasses.dataclass(frozen=True)
+class ChargeRow:
+    """One hourly charge of a Subscription, as the gateway returns it."""
+
+    subscription_uid: str
+    hour: dt.datetime
+    source: str
+    quantity: Decimal
+    unit_price_micros: int
+    amount_micros: int
+    currency: str
+    finalized: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class CostRow:
+    """Micros one Subscription was charged for one source and currency over a window."""
+
+    subscription: str
+    subscription_uid: str
+    source: str
+    currency: str
+    total_micros: int
+    finalized_micros: int
+
+
+def _check_window(start: dt.datetime, end: dt.datetime) -> None:
+    for value, what in ((start, "start"), (end, "end")):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
+
+
+def subscription_charges(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    namespace: str,
+    name: str,
+    start: dt.datetime,
+    end: dt.datetime,
+) -> list[ChargeRow]:
+    """Charge rows of Subscription `namespace/name` over hours in [start, end), in order."""
+    _check_window(start, end)
+    rows = conn.execute(
+        """
+        SELECT c.subscription_uid, c.hour, c.source, c.quantity, c.unit_price_micros,
+               c.amount_micros, c.currency, c.finalized
+        FROM subscription_charges c
+        JOIN subscription_versions v ON v.id = c.subscription_version_id
+        WHERE c.cluster = %s AND v.cluster = %s AND v.namespace = %s AND v.name = %s
+          AND c.hour >= %s AND c.hour < %s
+        ORDER BY c.hour, c.source, c.subscription_uid
+        """,
+        (cluster, cluster, namespace, name, start, end),
+    ).fetchall()
+    return [
+        ChargeRow(
+            subscription_uid=str(uid),
+            hour=hour.astimezone(dt.UTC),
+            source=str(source),
+            quantity=Decimal(quantity),
+            unit_price_micros=int(price),
+            amount_micros=int(amount),
+            currency=str(currency),
+            finalized=bool(finalized),
+        )
+        for uid, hour, source, quantity, price, amount, currency, finalized in rows
+    ]
+
+
+def namespace_costs(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    namespace: str,
+    start: dt.datetime,
+    end: dt.datetime,
+) -> list[CostRow]:
+    """Per Subscription of `namespace`, source and currency: micros over [start, end)."""
+    _check_window(start, end)
+    rows = conn.execute(
+        """
+        SELECT v.name, c.subscription_uid, c.source, c.currency, sum(c.amount_micros),
+               coalesce(sum(c.amount_micros) FILTER (WHERE c.finalized), 0)
+        FROM subscription_charges c
+        JOIN subscription_versions v ON v.id = c.subscription_version_id
+        WHERE c.cluster = %s AND v.cluster = %s AND v.namespace = %s
+          AND c.hour >= %s AND c.hour < %s
+        GROUP BY v.name, c.subscription_uid, c.source, c.currency
+        ORDER BY v.name, c.subscription_uid, c.source, c.currency
+        """,
+        (cluster, cluster, namespace, start, end),
+    ).fetchall()
+    return [
+        CostRow(
+            subscription=str(name),
+            subscription_uid=str(uid),
+            source=str(source),
+            currency=str(currency),
+            total_micros=int(total),
+            finalized_micros=int(finalized),
+        )
+        for name, uid, source, currency, total, finalized in rows
+    ]
