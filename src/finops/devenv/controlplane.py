@@ -63,6 +63,17 @@ def ensure_binaries() -> pathlib.Path:
     return path
 
 
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on right now."""
     with socket.socket() as s:
@@ -110,13 +121,7 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop the API server first, then etcd, and remove every file."""
         for _name, proc in reversed(self._procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc, timeout=15)
         self._procs.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 

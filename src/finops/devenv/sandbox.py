@@ -211,7 +211,7 @@ def services(
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
             )
-        stack.callback(_stop_process, controller)
+        stack.callback(controlplane.stop_process, controller)
         if not _wait(
             "controller",
             lambda: (
@@ -252,19 +252,9 @@ def _opencost_deployment() -> dict[str, Any]:
     }
 
 
-def _stop_process(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def stop_controller(svc: Services) -> None:
     """Stop the controller process (as uninstalling the chart would)."""
-    _stop_process(svc.controller)
+    controlplane.stop_process(svc.controller)
 
 
 def wait_for_activation(svc: Services, out: TextIO, timeout: float = 90) -> None:
