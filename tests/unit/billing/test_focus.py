@@ -1,0 +1,229 @@
+"""FOCUS 1.2 rows from ledger charges: every mandatory column, typed as the spec says."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import re
+from decimal import Decimal
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given
+
+from finops.billing import focus
+
+H = dt.datetime(2026, 12, 31, 23, tzinfo=dt.UTC)
+
+# The mandatory columns of FOCUS 1.2 (specification/columns/*.md of FOCUS_Spec): data type,
+# whether the spec allows nulls, and the allowed values where the column lists them. Written
+# out here, independently of the module, so a drift on either side fails.
+MANDATORY_1_2: dict[str, tuple[str, bool, set[str] | None]] = {
+    "BilledCost": ("Decimal", False, None),
+    "BillingAccountId": ("String", False, None),
+    "BillingAccountName": ("String", True, None),
+    "BillingCurrency": ("String", False, None),
+    "BillingPeriodEnd": ("Date/Time", False, None),
+    "BillingPeriodStart": ("Date/Time", False, None),
+    "ChargeCategory": ("String", False, {"Usage", "Purchase", "Tax", "Credit", "Adjustment"}),
+    "ChargeClass": ("String", True, {"Correction"}),
+    "ChargeDescription": ("String", True, None),
+    "ChargePeriodEnd": ("Date/Time", False, None),
+    "ChargePeriodStart": ("Date/Time", False, None),
+    "ContractedCost": ("Decimal", False, None),
+    "EffectiveCost": ("Decimal", False, None),
+    "InvoiceIssuerName": ("String", False, None),
+    "ListCost": ("Decimal", False, None),
+    "PricingQuantity": ("Decimal", True, None),
+    "PricingUnit": ("String", True, None),
+    "ProviderName": ("String", False, None),
+    "PublisherName": ("String", False, None),
+    "ServiceCategory": (
+        "String",
+        False,
+        {
+            "AI and Machine Learning",
+            "Analytics",
+            "Business Applications",
+            "Compute",
+            "Databases",
+            "Developer Tools",
+            "Multicloud",
+            "Identity",
+            "Integration",
+            "Internet of Things",
+            "Management and Governance",
+            "Media",
+            "Migration",
+            "Mobile",
+            "Networking",
+            "Security",
+            "Storage",
+            "Web",
+            "Other",
+        },
+    ),
+    "ServiceName": ("String", False, None),
+}
+# Columns this export adds beyond the mandatory set, with the spec's level and allowed values.
+OPTIONAL_1_2 = {
+    "ChargeFrequency": ("Recommended", {"One-Time", "Recurring", "Usage-Based"}),
+    "ConsumedQuantity": ("Conditional", None),
+    "ConsumedUnit": ("Conditional", None),
+    "ResourceId": ("Conditional", None),
+    "ResourceName": ("Conditional", None),
+    "ResourceType": ("Conditional", None),
+    "SubAccountId": ("Conditional", None),
+    "SubAccountName": ("Conditional", None),
+    "Tags": ("Conditional", None),
+}
+DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+CURRENCY = re.compile(r"^[A-Z]{3}$")
+
+
+def charge(source: str = "cpuHour", **extra: object) -> focus.LedgerCharge:
+    fields: dict[str, object] = {
+        "cluster": "prod-eu",
+        "namespace": "team-a",
+        "subscription": "web",
+        "subscription_uid": "uid-1",
+        "offering": "platform-base",
+        "hour": H,
+        "source": source,
+        "quantity": Decimal("0.123456789012"),
+        "unit_price_micros": 31_000,
+        "amount_micros": 3_827,
+        "currency": "EUR",
+        "finalized": True,
+        "labels": {"stakater.com/tenant": "acme", "env": "prod"},
+    }
+    fields.update(extra)
+    return focus.LedgerCharge(**fields)  # type: ignore[arg-type]
+
+
+def fee() -> focus.LedgerCharge:
+    return charge(
+        "subscription", quantity=Decimal(1), unit_price_micros=40_000_000, amount_micros=40_000_000
+    )
+
+
+def test_every_mandatory_column_is_there_with_the_spec_type_nullability_and_values() -> None:
+    for name, (data_type, nullable, allowed) in MANDATORY_1_2.items():
+        column = focus.BY_NAME[name]
+        assert column.level is focus.Level.MANDATORY, name
+        assert column.data_type == data_type, name
+        assert column.nullable is nullable, name
+        assert set(column.allowed) == (allowed or set()), name
+    for name, (level, allowed) in OPTIONAL_1_2.items():
+        assert focus.BY_NAME[name].level == level, name
+        assert set(focus.BY_NAME[name].allowed) == (allowed or set()), name
+    spec_names = set(MANDATORY_1_2) | set(OPTIONAL_1_2)
+    assert {n for n in focus.NAMES if not n.startswith("x_")} == spec_names
+    assert focus.FOCUS_VERSION == "1.2"
+
+
+@pytest.mark.parametrize("make", [fee, charge])
+def test_rows_break_no_rule_of_the_column_table(make: object) -> None:
+    row = focus.row(make())  # type: ignore[operator]
+    assert focus.problems(row) == []
+
+
+def test_a_fee_is_a_recurring_purchase_and_a_meter_a_usage_based_usage() -> None:
+    paid, used = focus.row(fee()), focus.row(charge())
+    assert (paid["ChargeCategory"], paid["ChargeFrequency"]) == ("Purchase", "Recurring")
+    assert (used["ChargeCategory"], used["ChargeFrequency"]) == ("Usage", "Usage-Based")
+    # ConsumedQuantity/Unit describe measured usage only; a purchase leaves them null.
+    assert paid["ConsumedQuantity"] is None and paid["ConsumedUnit"] is None
+    assert used["ConsumedQuantity"] == Decimal("0.123456789012")
+    assert used["ConsumedUnit"] == used["PricingUnit"] == "Core-Hours"
+    assert paid["PricingQuantity"] == Decimal(1)
+
+
+def test_money_is_the_exact_micros_in_every_cost_column() -> None:
+    row = focus.row(charge(amount_micros=3_827))
+    for name in ("BilledCost", "EffectiveCost", "ListCost", "ContractedCost"):
+        assert row[name] == Decimal("0.003827")
+        assert str(row[name]) == "0.003827"
+    assert row["x_UnitPrice"] == Decimal("0.031000")
+    assert focus.units(2**63 - 1) == Decimal("9223372036854.775807")
+    assert focus.text(focus.units(0)) == "0.000000"
+
+
+def test_periods_are_the_hour_and_its_utc_month_and_the_names_come_from_the_ledger() -> None:
+    row = focus.row(charge(hour=H.astimezone(dt.timezone(dt.timedelta(hours=2)))))
+    assert row["ChargePeriodStart"] == H
+    assert row["ChargePeriodEnd"] == dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
+    assert row["BillingPeriodStart"] == dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    assert row["BillingPeriodEnd"] == dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
+    assert row["ServiceName"] == "platform-base"
+    assert (row["SubAccountId"], row["SubAccountName"]) == ("team-a", "team-a")
+    assert (row["ResourceId"], row["ResourceName"]) == ("uid-1", "web")
+    assert row["BillingAccountId"] == "prod-eu"
+    assert row["Tags"] == {"env": "prod", "stakater.com/tenant": "acme"}
+
+
+def test_a_charge_without_currency_is_billed_in_iso_4217_no_currency() -> None:
+    assert focus.row(charge(currency=""))["BillingCurrency"] == "XXX"
+    assert focus.row(charge(labels={}))["Tags"] is None
+
+
+def test_naive_hours_and_unknown_sources_are_refused() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        focus.row(charge(hour=H.replace(tzinfo=None)))
+    with pytest.raises(ValueError, match="unknown charge source"):
+        focus.row(charge("diskIops"))
+
+
+def test_problems_names_what_breaks_the_table() -> None:
+    row = focus.row(charge())
+    broken = {**row, "ChargeCategory": "Discount", "BilledCost": None, "ListCost": "1.0"}
+    del broken["Tags"]
+    assert sorted(focus.problems(broken)) == [
+        "BilledCost: null, but the column does not allow nulls",
+        "ChargeCategory: 'Discount' is not an allowed value",
+        "ListCost: str, not Decimal",
+        "Tags: missing",
+    ]
+
+
+def test_the_csv_opens_with_the_csv_module_and_every_cell_has_its_type() -> None:
+    text = "".join(focus.csv_lines(focus.row(c) for c in (fee(), charge(), charge(labels={}))))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    assert tuple(reader.fieldnames or ()) == focus.NAMES
+    rows = list(reader)
+    assert len(rows) == 3
+    for row in rows:
+        for name, (data_type, nullable, allowed) in MANDATORY_1_2.items():
+            cell = row[name]
+            if cell == "":
+                assert nullable, name
+                continue
+            if data_type == "Decimal":
+                Decimal(cell)
+                assert re.fullmatch(r"-?\d+(\.\d+)?", cell), (name, cell)
+            elif data_type == "Date/Time":
+                assert DATETIME.match(cell), (name, cell)
+            if allowed is not None:
+                assert cell in allowed, (name, cell)
+        assert CURRENCY.match(row["BillingCurrency"])
+    assert json.loads(rows[0]["Tags"]) == {"env": "prod", "stakater.com/tenant": "acme"}
+    assert rows[2]["Tags"] == ""
+    assert sum(Decimal(r["BilledCost"]) for r in rows) == Decimal("40.007654")
+
+
+def test_json_chunks_are_one_array_with_exact_decimal_strings() -> None:
+    body = json.loads("".join(focus.json_chunks(focus.row(c) for c in (fee(), charge()))))
+    assert [r["BilledCost"] for r in body] == ["40.000000", "0.003827"]
+    assert body[1]["Tags"] == {"env": "prod", "stakater.com/tenant": "acme"}
+    assert body[0]["ConsumedQuantity"] is None
+    assert json.loads("".join(focus.json_chunks([]))) == []
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2**62), max_size=50))
+def test_billed_cost_sums_to_the_ledger_micros_exactly(amounts: list[int]) -> None:
+    rows = [focus.row(charge(amount_micros=a)) for a in amounts]
+    total = sum((r["BilledCost"] for r in rows), Decimal(0))
+    assert isinstance(total, Decimal)
+    assert total.scaleb(6) == sum(amounts)
