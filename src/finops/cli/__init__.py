@@ -6,20 +6,21 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from finops.cli import sandbox, simulate, validate
+from finops.cli import export, sandbox, simulate, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
     """One sub-command per module; each module registers its own arguments."""
     parser = argparse.ArgumentParser(
         prog="finops",
-        description="FinOps operator tools: check manifests offline and simulate what an "
-        "Offering will cost.",
+        description="FinOps operator tools: check manifests offline, simulate what an "
+        "Offering will cost, export the ledger as FOCUS rows.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     validate.register(sub)
     simulate.register(sub)
     sandbox.register(sub)
+    export.register(sub)
     return parser
 
 

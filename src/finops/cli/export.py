@@ -1,0 +1,145 @@
+"""`finops export focus`: the ledger's charges as a FOCUS 1.2 file for spreadsheets and BI tools.
+
+Rows stream from the database to the file, so a month of a large cluster never sits in memory.
+CSV goes to stdout or `--out x.csv`; `--out x.parquet` needs the optional `parquet` extra
+(pyarrow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+from finops.billing import focus, ticks
+from finops.store import focus as focus_store
+from finops.store import pool
+
+PARQUET_BATCH = 10_000
+
+
+class _Refused(Exception):
+    """A bad argument or an unreadable ledger: one line on stderr, exit status 1."""
+
+
+def register(sub: Any) -> None:
+    """Add `export` with its one format, `focus`."""
+    export: argparse.ArgumentParser = sub.add_parser(
+        "export", help="write the ledger's charges in a standard format"
+    )
+    formats = export.add_subparsers(dest="format", metavar="FORMAT", required=True)
+    p: argparse.ArgumentParser = formats.add_parser(
+        "focus",
+        help=f"FinOps Foundation FOCUS {focus.FOCUS_VERSION} rows (CSV, or Parquet)",
+        description=f"Write every charge over hours in [--from, --to) as FOCUS "
+        f"{focus.FOCUS_VERSION} rows: CSV to stdout or --out FILE.csv, Parquet to "
+        "--out FILE.parquet (needs the 'parquet' extra). Times are RFC 3339 with a UTC offset.",
+    )
+    p.add_argument(
+        "--dsn",
+        default=os.environ.get(pool.DSN_ENV),
+        help=f"PostgreSQL DSN of the ledger (default: ${pool.DSN_ENV})",
+    )
+    p.add_argument("--from", dest="window_from", required=True, metavar="T", help="first instant")
+    p.add_argument("--to", dest="window_to", required=True, metavar="T", help="end (exclusive)")
+    p.add_argument("--out", metavar="FILE", help="FILE.csv or FILE.parquet (default: stdout)")
+    p.add_argument("--namespace", help="only this namespace's charges")
+    p.add_argument(
+        "--cluster",
+        default=pool.cluster_id(),
+        help=f"the cluster id the charges were written under (default: ${pool.CLUSTER_ENV} "
+        f"or {pool.DEFAULT_CLUSTER})",
+    )
+    p.add_argument(
+        "--provider-name",
+        default=focus.DEFAULT_PROVIDER,
+        help=f"ProviderName, PublisherName and InvoiceIssuerName (default: "
+        f"{focus.DEFAULT_PROVIDER!r})",
+    )
+    p.set_defaults(run=run)
+
+
+def _time(flag: str, value: str) -> dt.datetime:
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise _Refused(
+            f"{flag} {value!r} is not an RFC 3339 time such as 2026-04-01T00:00:00Z"
+        ) from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise _Refused(f"{flag} {value!r} has no UTC offset; end it with Z")
+    return ticks.utc(parsed)
+
+
+def _kind(out: str | None) -> str:
+    if out is None or out == "-" or out.lower().endswith(".csv"):
+        return "csv"
+    if out.lower().endswith(".parquet"):
+        return "parquet"
+    raise _Refused(f"--out {out!r} must end in .csv or .parquet")
+
+
+def _rows(
+    args: argparse.Namespace, conn: Any, start: dt.datetime, end: dt.datetime
+) -> Iterator[dict[str, focus.Value]]:
+    charges = focus_store.charges(
+        conn, cluster=args.cluster, namespace=args.namespace, start=start, end=end
+    )
+    return (focus.row(c, args.provider_name) for c in charges)
+
+
+def _write_csv(rows: Iterator[dict[str, focus.Value]], out: IO[str]) -> int:
+    lines = 0
+    for line in focus.csv_lines(rows):
+        out.write(line)
+        lines += 1
+    return lines - 1  # the header is not a row
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the file; exit 1 with one line on stderr when anything is refused or fails."""
+    try:
+        start, end = _time("--from", args.window_from), _time("--to", args.window_to)
+        if start >= end:
+            raise _Refused("--from must be before --to (the window is [from, to))")
+        if not args.dsn:
+            raise _Refused(f"--dsn is required (or set {pool.DSN_ENV})")
+        kind = _kind(args.out)
+        writer = _parquet_writer() if kind == "parquet" else None
+        with contextlib.closing(pool.connect(args.dsn)) as conn:
+            rows = _rows(args, conn, start, end)
+            if writer is not None:
+                count = writer(rows, args.out)
+            elif args.out in (None, "-"):
+                count = _write_csv(rows, sys.stdout)
+            else:
+                with open(args.out, "w", encoding="utf-8", newline="") as out:
+                    count = _write_csv(rows, out)
+    except _Refused as exc:
+        print(f"finops export focus: {exc}", file=sys.stderr)
+        return 1
+    except (pool.LedgerConnectionError, focus_store.LedgerReadError) as exc:
+        reason = " ".join(pool.redact(str(exc), args.dsn or "").split())
+        print(f"finops export focus: {reason}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"finops export focus: cannot write {args.out}: {exc.strerror}", file=sys.stderr)
+        return 1
+    if args.out not in (None, "-"):
+        print(f"wrote {count} FOCUS {focus.FOCUS_VERSION} rows to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _parquet_writer() -> Any:
+    """The Parquet writer, or a clear refusal when the optional pyarrow is not installed."""
+    try:
+        from finops.cli import focus_parquet
+    except ImportError:
+        raise _Refused(
+            "writing .parquet needs pyarrow: pip install 'finops-operator[parquet]' (or write .csv)"
+        ) from None
+    return focus_parquet.write
