@@ -26,9 +26,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from finops.gateway import focus_export
 from finops.kube import client as kube_client
 from finops.kube import reviews
 from finops.store import pool, reads
@@ -222,6 +223,36 @@ def build(
 
         return await guarded(request, query)
 
+    async def focus_rows(request: Request) -> Response:
+        namespace: str | None = request.path_params.get("namespace")
+        verdict = await authorizer.check(request.headers.get("authorization"), namespace or "")
+        if verdict != 200:
+            refusal = _REFUSALS.get(verdict, "refused")
+            if verdict == 403 and namespace is None:
+                refusal = "not allowed to get subscriptions.finops.stakater.com cluster-wide"
+            return _error(verdict, refusal)
+        fmt = request.query_params.get("format", "csv")
+        try:
+            start, end = parse_window(request.query_params)
+            media = focus_export.media_type(fmt)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        body = focus_export.stream(
+            ledger, cluster=settings.cluster, namespace=namespace, start=start, end=end, fmt=fmt
+        )
+        try:
+            head = await run_in_threadpool(next, body)
+        except (focus_export.LedgerReadError, psycopg_pool.PoolTimeout) as exc:
+            reason = pool.redact(str(exc).strip() or type(exc).__name__, settings.dsn)
+            log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), reason)
+            return _error(503, "the ledger is unavailable")
+        name = focus_export.filename(namespace, start, end, fmt)
+        return StreamingResponse(
+            focus_export.prepend(head, body),
+            media_type=media,
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+
     middleware = []
     if settings.origins:
         middleware.append(
@@ -238,6 +269,8 @@ def build(
             Route("/healthz", healthz, methods=["GET"]),
             Route(f"{base}/subscriptions/{{name}}/charges", charges, methods=["GET"]),
             Route(f"{base}/costs", costs, methods=["GET"]),
+            Route(f"{base}/focus", focus_rows, methods=["GET"]),
+            Route("/api/v1/focus", focus_rows, methods=["GET"]),
         ],
         middleware=middleware,
     )
