@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from finops import cli
 from finops.billing import focus
 from finops.cli import export
 from finops.store import charges, mirror
@@ -149,6 +150,19 @@ def test_rows_carry_the_version_that_priced_them_oldest_hour_first(
     conn.rollback()
 
 
+def test_rows_stream_from_a_server_side_cursor_a_batch_at_a_time(
+    conn: psycopg.Connection[Any],
+) -> None:
+    _ledger(conn)
+    rows = focus_store.charges(conn, cluster=builders.CLUSTER, batch=5, **WINDOW)
+    next(rows)
+    open_cursors = conn.execute("SELECT name FROM pg_cursors").fetchall()
+    assert [n for (n,) in open_cursors if str(n).startswith("finops_focus_")]
+    assert len(list(rows)) == 23
+    assert conn.execute("SELECT count(*) FROM pg_cursors").fetchone() == (0,)
+    conn.rollback()
+
+
 def test_a_failed_read_is_a_ledger_read_error(conn: psycopg.Connection[Any]) -> None:
     conn.execute("DROP TABLE subscription_charges CASCADE")
     with pytest.raises(focus_store.LedgerReadError, match="subscription_charges"):
@@ -175,7 +189,9 @@ def test_finops_export_focus_writes_a_csv_a_spreadsheet_reads(
 ) -> None:
     _ledger(conn)
     out = tmp_path / "focus.csv"
-    assert export.run(_args(ledger_dsn, out)) == 0
+    argv = ["export", "focus", "--dsn", ledger_dsn, "--cluster", builders.CLUSTER]
+    argv += ["--from", "2026-03-31T22:00:00Z", "--to", "2026-04-01T04:00:00Z"]
+    assert cli.main([*argv, "--out", str(out), "--provider-name", "Acme Platform"]) == 0
     with out.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         assert tuple(reader.fieldnames or ()) == focus.NAMES
