@@ -8,6 +8,7 @@ own control plane, so nothing here touches the session's shared API server.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import io
 import math
@@ -15,6 +16,7 @@ import pathlib
 import subprocess
 import sys
 from collections.abc import Iterator
+from decimal import Decimal
 
 import httpx
 import psycopg
@@ -107,6 +109,32 @@ def test_the_ledger_and_status_costs_agree_to_the_micro(services: sandbox.Servic
     month = next(b for b in observability["status"]["costs"] if b["granularity"] == "month")
     meters = {m["name"] for m in month.get("breakdown", [])}
     assert {"subscription", "ramGbHour", "pvGbHour"} <= meters
+
+
+def test_finops_export_focus_writes_the_ledger_as_a_csv_spreadsheets_open(
+    services: sandbox.Services, tmp_path: pathlib.Path
+) -> None:
+    now = dt.datetime.now(dt.UTC)
+    window = [(now - dt.timedelta(days=2)).isoformat(), (now + dt.timedelta(days=2)).isoformat()]
+    out = tmp_path / "focus.csv"
+    argv = [sys.executable, "-m", "finops.cli", "export", "focus", "--dsn", services.dsn]
+    argv += ["--from", window[0], "--to", window[1], "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with out.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    with psycopg.connect(services.dsn) as conn:
+        total = conn.execute(
+            "SELECT sum(amount_micros), count(*) FROM subscription_charges "
+            "WHERE hour >= %s AND hour < %s",
+            window,
+        ).fetchone()
+    assert total is not None and total[1] == len(rows) > 0
+    assert sum(Decimal(r["BilledCost"]) for r in rows).scaleb(6) == total[0]
+    assert {r["ServiceName"] for r in rows} == {
+        o["metadata"]["name"] for o in items(services, "offerings")
+    }
+    assert {r["BillingCurrency"] for r in rows} == {"USD"}
 
 
 def metric(text: str, metric_name: str, **labels: str) -> float | None:

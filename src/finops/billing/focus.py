@@ -29,7 +29,6 @@ NO_CURRENCY = "XXX"
 """ISO 4217's code for "no currency": a charge whose currency nothing named (a fee with no
 PriceBook in sight) still needs a valid BillingCurrency."""
 FEE_SOURCE = "subscription"
-TAG_PREFIX = "finops.stakater.com/"
 
 
 class DataType(enum.StrEnum):
