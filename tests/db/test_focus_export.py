@@ -248,3 +248,17 @@ def test_parquet_needs_pyarrow_or_says_so(
     billed = sum(table.column("BilledCost").to_pylist(), Decimal(0))
     assert billed.scaleb(6) == _ledger_sum(conn, "team-a")
     conn.rollback()
+
+
+def test_a_failed_export_leaves_no_file_behind(
+    conn: psycopg.Connection[Any],
+    ledger_dsn: str,
+    tmp_path: pathlib.Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    conn.execute("DROP TABLE subscription_charges CASCADE")
+    conn.commit()
+    out = tmp_path / "focus.csv"
+    assert export.run(_args(ledger_dsn, out)) == 1
+    assert "subscription_charges" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -100,6 +100,28 @@ def _write_csv(rows: Iterator[dict[str, focus.Value]], out: IO[str]) -> int:
     return lines - 1  # the header is not a row
 
 
+def _write(args: argparse.Namespace, start: dt.datetime, end: dt.datetime) -> int:
+    """Stream the rows to stdout, or to `--out` by way of `<out>.partial` so a failed
+    export never leaves a truncated file where a finished one is expected."""
+    writer = _parquet_writer() if _kind(args.out) == "parquet" else None
+    with contextlib.closing(pool.connect(args.dsn)) as conn:
+        rows = _rows(args, conn, start, end)
+        if args.out in (None, "-"):
+            return _write_csv(rows, sys.stdout)
+        partial = f"{args.out}.partial"
+        try:
+            if writer is not None:
+                count: int = writer(rows, partial)
+            else:
+                with open(partial, "w", encoding="utf-8", newline="") as out:
+                    count = _write_csv(rows, out)
+            os.replace(partial, args.out)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial)
+    return count
+
+
 def run(args: argparse.Namespace) -> int:
     """Write the file; exit 1 with one line on stderr when anything is refused or fails."""
     try:
@@ -108,17 +130,7 @@ def run(args: argparse.Namespace) -> int:
             raise _Refused("--from must be before --to (the window is [from, to))")
         if not args.dsn:
             raise _Refused(f"--dsn is required (or set {pool.DSN_ENV})")
-        kind = _kind(args.out)
-        writer = _parquet_writer() if kind == "parquet" else None
-        with contextlib.closing(pool.connect(args.dsn)) as conn:
-            rows = _rows(args, conn, start, end)
-            if writer is not None:
-                count = writer(rows, args.out)
-            elif args.out in (None, "-"):
-                count = _write_csv(rows, sys.stdout)
-            else:
-                with open(args.out, "w", encoding="utf-8", newline="") as out:
-                    count = _write_csv(rows, out)
+        count = _write(args, start, end)
     except _Refused as exc:
         print(f"finops export focus: {exc}", file=sys.stderr)
         return 1

@@ -7,7 +7,6 @@ after that ends the body early and is logged.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
@@ -48,8 +47,7 @@ def stream(
     fmt: str,
 ) -> Iterator[str]:
     """Chunks of the body; the query runs on the first `next()` (call that before replying)."""
-    with contextlib.ExitStack() as stack:
-        conn = stack.enter_context(ledger().connection())
+    with ledger().connection() as conn:
         charges = focus_store.charges(
             conn, cluster=cluster, namespace=namespace, start=start, end=end
         )
