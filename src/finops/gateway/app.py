@@ -15,7 +15,7 @@ import datetime as dt
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -143,6 +143,47 @@ _REFUSALS = {
 }
 
 
+def _focus_handler(
+    settings: Settings,
+    ledger: Callable[[], psycopg_pool.ConnectionPool[Any]],
+    authorizer: Authorizer,
+) -> Callable[[Request], Awaitable[Response]]:
+    """FOCUS rows of one namespace (`/namespaces/{ns}/focus`) or of all (`/focus`), streamed;
+    all namespaces needs the same permission cluster-wide (a review with no namespace)."""
+
+    async def focus_rows(request: Request) -> Response:
+        namespace: str | None = request.path_params.get("namespace")
+        verdict = await authorizer.check(request.headers.get("authorization"), namespace or "")
+        if verdict != 200:
+            refusal = _REFUSALS.get(verdict, "refused")
+            if verdict == 403 and namespace is None:
+                refusal = "not allowed to get subscriptions.finops.stakater.com cluster-wide"
+            return _error(verdict, refusal)
+        fmt = request.query_params.get("format", "csv")
+        try:
+            start, end = parse_window(request.query_params)
+            media = focus_export.media_type(fmt)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        body = focus_export.stream(
+            ledger, cluster=settings.cluster, namespace=namespace, start=start, end=end, fmt=fmt
+        )
+        try:
+            head = await run_in_threadpool(next, body)
+        except (focus_export.LedgerReadError, psycopg_pool.PoolTimeout) as exc:
+            reason = pool.redact(str(exc).strip() or type(exc).__name__, settings.dsn)
+            log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), reason)
+            return _error(503, "the ledger is unavailable")
+        name = focus_export.filename(namespace, start, end, fmt)
+        return StreamingResponse(
+            focus_export.prepend(head, body),
+            media_type=media,
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+
+    return focus_rows
+
+
 def build(
     settings: Settings,
     ledger: Callable[[], psycopg_pool.ConnectionPool[Any]],
@@ -223,36 +264,6 @@ def build(
 
         return await guarded(request, query)
 
-    async def focus_rows(request: Request) -> Response:
-        namespace: str | None = request.path_params.get("namespace")
-        verdict = await authorizer.check(request.headers.get("authorization"), namespace or "")
-        if verdict != 200:
-            refusal = _REFUSALS.get(verdict, "refused")
-            if verdict == 403 and namespace is None:
-                refusal = "not allowed to get subscriptions.finops.stakater.com cluster-wide"
-            return _error(verdict, refusal)
-        fmt = request.query_params.get("format", "csv")
-        try:
-            start, end = parse_window(request.query_params)
-            media = focus_export.media_type(fmt)
-        except ValueError as exc:
-            return _error(400, str(exc))
-        body = focus_export.stream(
-            ledger, cluster=settings.cluster, namespace=namespace, start=start, end=end, fmt=fmt
-        )
-        try:
-            head = await run_in_threadpool(next, body)
-        except (focus_export.LedgerReadError, psycopg_pool.PoolTimeout) as exc:
-            reason = pool.redact(str(exc).strip() or type(exc).__name__, settings.dsn)
-            log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), reason)
-            return _error(503, "the ledger is unavailable")
-        name = focus_export.filename(namespace, start, end, fmt)
-        return StreamingResponse(
-            focus_export.prepend(head, body),
-            media_type=media,
-            headers={"Content-Disposition": f'attachment; filename="{name}"'},
-        )
-
     middleware = []
     if settings.origins:
         middleware.append(
@@ -264,6 +275,7 @@ def build(
             )
         )
     base = "/api/v1/namespaces/{namespace}"
+    focus_rows = _focus_handler(settings, ledger, authorizer)
     return Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
