@@ -12,7 +12,7 @@ def test_collectionjob_without_a_database_exits_non_zero_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.delenv("POSTGRES_CONNECTION_STRING", raising=False)
-    monkeypatch.setattr(logs, "configure", lambda: None)  # keep pytest's log capture
+    monkeypatch.setattr(logs, "configure", lambda *_: None)  # keep pytest's log capture
     assert operator.main(["--mode=collectionjob"]) == 1
     assert "POSTGRES_CONNECTION_STRING" in caplog.text
 
@@ -33,7 +33,7 @@ def test_cronjob_without_required_env_exits_non_zero_naming_the_variables(
     for name in ("COSTJOB_NAME", "COSTJOB_NAMESPACE", "POSTGRES_CONNECTION_STRING"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OPENCOST_CONNECTION_STRING", "http://127.0.0.1:9003")
-    monkeypatch.setattr(logs, "configure", lambda: None)  # keep pytest's log capture
+    monkeypatch.setattr(logs, "configure", lambda *_: None)  # keep pytest's log capture
     assert operator.main(["--mode=cronjob"]) == 1
     assert "COSTJOB_NAME" in caplog.text and "POSTGRES_CONNECTION_STRING" in caplog.text
 
