@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 import lightkube
 
-from finops import logs
 from finops.controller import (
     config,
     cost_metrics,
@@ -239,6 +238,24 @@ def _identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4()}"
 
 
+def metrics_tls(args: argparse.Namespace) -> serving.TLS:
+    """The metrics certificate: the files under `--metrics-cert-path`, re-read when they
+    change, or a self-signed one when no path is given (the reference's two cases).
+
+    Raises `serving.CertificateError` when the given files cannot be loaded.
+    """
+    if not args.metrics_cert_path:
+        fixed = serving.self_signed_context()
+        return lambda: fixed
+    crt, key = serving.cert_files(
+        args.metrics_cert_path, args.metrics_cert_name, args.metrics_cert_key
+    )
+    reloader = serving.CertificateReloader(crt, key, "metrics")
+    reloader.check()
+    log.info("serving metrics with the certificate from %s", crt)
+    return reloader.context
+
+
 async def _start_servers(
     args: argparse.Namespace, ready: Callable[[], bool], client: lightkube.AsyncClient
 ) -> list[asyncio.Server]:
@@ -260,9 +277,10 @@ async def _start_servers(
     if addr is not None:
         if args.metrics_secure:
             guard = reviews.MetricsAuthorizer(client).check
-            ctx = serving.self_signed_context()
             servers.append(
-                await serving.serve(addr, {"/metrics": metrics_route}, ssl_context=ctx, guard=guard)
+                await serving.serve(
+                    addr, {"/metrics": metrics_route}, tls=metrics_tls(args), guard=guard
+                )
             )
         else:
             servers.append(await serving.serve(addr, {"/metrics": metrics_route}))
@@ -277,7 +295,12 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     client = kube_client.make_client()
     state = {"ready": False}
-    servers = await _start_servers(args, lambda: state["ready"], client)
+    try:
+        servers = await _start_servers(args, lambda: state["ready"], client)
+    except (serving.CertificateError, OSError) as err:
+        log.error("cannot serve probes or metrics", extra={"error": str(err)})
+        await client.close()
+        return 1
     elector: leader.LeaderElector | None = None
     code = 0
     try:
@@ -338,8 +361,8 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
 
 
 def main(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
-    """Entry for `--mode=controller`: check env, migrate, run the loop."""
-    logs.configure()
+    """Entry for `--mode=controller`: check env, migrate, run the loop (logging is set up
+    from the `--zap-*` flags by the caller)."""
     env = dict(os.environ if environ is None else environ)
     try:
         settings = config.from_env(env)

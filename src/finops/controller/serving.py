@@ -1,9 +1,11 @@
-"""Tiny HTTP endpoints: `/healthz`, `/readyz` and `/metrics`.
+"""Tiny HTTP endpoints: `/healthz`, `/readyz` and `/metrics`, and the TLS they share.
 
 A hand-rolled asyncio server keeps the manager to one event loop and no web framework.
-`--metrics-secure` (the default) serves metrics over TLS with a self-signed certificate made
-at start, and only to callers the cluster authorises (TokenReview + SubjectAccessReview on
-the non-resource URL `/metrics`), as the reference's filters do.
+`--metrics-secure` (the default) serves metrics over TLS, and only to callers the cluster
+authorises (TokenReview + SubjectAccessReview on the non-resource URL `/metrics`), as the
+reference's filters do. The certificate is the one under `--metrics-cert-path`, re-read when
+its files change (`CertificateReloader`, also used by the webhooks), or else a self-signed
+one made at start.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import asyncio
 import datetime as dt
 import ipaddress
 import logging
+import os
+import pathlib
 import ssl
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -19,6 +23,8 @@ from collections.abc import Awaitable, Callable
 log = logging.getLogger(__name__)
 
 Route = Callable[[], Awaitable[tuple[int, str, bytes]]]
+TLS = Callable[[], ssl.SSLContext]
+"""The context for the next handshake (a reloader's `context`, or a fixed one)."""
 Guard = Callable[[str | None, str], Awaitable[int]]
 """Given the `Authorization` header (or None) and the path, the status to answer: 200 lets
 the route run; anything else is returned as is."""
@@ -29,7 +35,7 @@ def parse_bind_address(address: str) -> tuple[str, int] | None:
     if address in ("", "0"):
         return None
     host, _, port = address.rpartition(":")
-    return (host or "0.0.0.0", int(port))
+    return (host.strip("[]") or "0.0.0.0", int(port))
 
 
 _REASONS = {
@@ -45,13 +51,19 @@ _REASONS = {
 async def serve(
     address: tuple[str, int],
     routes: dict[str, Route],
-    ssl_context: ssl.SSLContext | None = None,
+    tls: TLS | None = None,
     guard: Guard | None = None,
 ) -> asyncio.Server:
-    """Start a server answering GET on the given paths (behind `guard` when given)."""
+    """Start a server answering GET on the given paths (over TLS and behind `guard` when given).
+
+    With `tls`, every connection's handshake asks it for the context, so a rotated
+    certificate is served from the next connection on.
+    """
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            if tls is not None:
+                await writer.start_tls(tls(), ssl_handshake_timeout=10)
             request_line = await asyncio.wait_for(reader.readline(), timeout=10)
             authorization: str | None = None
             while True:
@@ -83,7 +95,7 @@ async def serve(
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, address[0], address[1], ssl=ssl_context)
+    server = await asyncio.start_server(handle, address[0], address[1])
     log.info("serving", extra={"address": f"{address[0]}:{address[1]}", "paths": sorted(routes)})
     return server
 
@@ -127,3 +139,72 @@ def self_signed_context() -> ssl.SSLContext:
         fh.flush()
         ctx.load_cert_chain(fh.name)
     return ctx
+
+
+class CertificateReloader:
+    """A server SSLContext rebuilt whenever the certificate or key file changes.
+
+    The change test is (inode, size, mtime) of each file as `stat` sees it through symlinks,
+    which also catches the kubelet's atomic `..data` symlink swap. A failed reload (a rotation
+    caught half-written) keeps serving the previous certificate and retries next time.
+    """
+
+    def __init__(self, cert_file: pathlib.Path, key_file: pathlib.Path, purpose: str) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.purpose = purpose  # "webhook" or "metrics", for the log lines
+        self._stamp: tuple[tuple[int, int, int], ...] | None = None
+        self._context: ssl.SSLContext | None = None
+
+    def _stat(self) -> tuple[tuple[int, int, int], ...]:
+        stamps = []
+        for path in (self.cert_file, self.key_file):
+            st = os.stat(path)
+            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(stamps)
+
+    def _load(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
+        return ctx
+
+    def context(self) -> ssl.SSLContext:
+        """The newest loadable context; raises only if none has ever loaded."""
+        try:
+            stamp = self._stat()
+            if stamp != self._stamp or self._context is None:
+                self._context = self._load()
+                if self._stamp is not None:
+                    log.info(
+                        f"{self.purpose} certificate reloaded", extra={"cert": str(self.cert_file)}
+                    )
+                self._stamp = stamp
+        except (OSError, ssl.SSLError) as exc:
+            if self._context is None:
+                raise
+            log.warning(
+                f"{self.purpose} certificate reload failed; keeping the previous one",
+                extra={"cert": str(self.cert_file), "error": str(exc)},
+            )
+        return self._context
+
+    def check(self) -> None:
+        """Load once at start; raise `CertificateError` naming both files when that fails."""
+        try:
+            self.context()
+        except (OSError, ssl.SSLError) as exc:
+            raise CertificateError(
+                f"{self.purpose} certificate {self.cert_file} / {self.key_file} "
+                f"cannot be loaded: {exc}"
+            ) from exc
+
+
+class CertificateError(RuntimeError):
+    """A serving certificate given by flags cannot be loaded."""
+
+
+def cert_files(directory: str, cert_name: str, key_name: str) -> tuple[pathlib.Path, pathlib.Path]:
+    """A `--*-cert-path` directory and its `--*-cert-name`/`--*-cert-key` file names as paths."""
+    base = pathlib.Path(directory)
+    return base / (cert_name or "tls.crt"), base / (key_name or "tls.key")

@@ -11,7 +11,8 @@ kopf's webhook server writes URL-style configurations of its own, whereas the ch
   reconcilers' watch caches live on the leader only, so the reads are direct, consistent
   LISTs (only Offering CREATE and DELETE read anything; they are rare).
 - The certificate is re-read whenever its files change (cert-manager rotates the mounted
-  Secret): each new connection's handshake uses the newest context.
+  Secret): each new connection's handshake uses the newest context (`serving.CertificateReloader`,
+  shared with the metrics endpoint).
 - Fail closed: anything unexpected answers `allowed: false` (or a bare HTTP error), and the
   configuration's `failurePolicy: Fail` turns that into a refusal.
 """
@@ -22,7 +23,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import os
 import pathlib
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
@@ -211,55 +211,6 @@ async def handle_review(path: str, body: bytes, reads: Reads) -> tuple[int, dict
     return 200, review_response(req.uid, verdict)
 
 
-# ---------------------------------------------------------------- TLS
-
-
-class CertificateReloader:
-    """A server SSLContext rebuilt whenever the certificate or key file changes.
-
-    The change test is (inode, size, mtime) of each file as `stat` sees it through symlinks,
-    which also catches the kubelet's atomic `..data` symlink swap. A failed reload (a rotation
-    caught half-written) keeps serving the previous certificate and retries next time.
-    """
-
-    def __init__(self, cert_file: pathlib.Path, key_file: pathlib.Path) -> None:
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self._stamp: tuple[tuple[int, int, int], ...] | None = None
-        self._context: ssl.SSLContext | None = None
-
-    def _stat(self) -> tuple[tuple[int, int, int], ...]:
-        stamps = []
-        for path in (self.cert_file, self.key_file):
-            st = os.stat(path)
-            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
-        return tuple(stamps)
-
-    def _load(self) -> ssl.SSLContext:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
-        return ctx
-
-    def context(self) -> ssl.SSLContext:
-        """The newest loadable context; raises only if none has ever loaded."""
-        try:
-            stamp = self._stat()
-            if stamp != self._stamp or self._context is None:
-                self._context = self._load()
-                if self._stamp is not None:
-                    log.info("webhook certificate reloaded", extra={"cert": str(self.cert_file)})
-                self._stamp = stamp
-        except (OSError, ssl.SSLError) as exc:
-            if self._context is None:
-                raise
-            log.warning(
-                "webhook certificate reload failed; keeping the previous one",
-                extra={"cert": str(self.cert_file), "error": str(exc)},
-            )
-        return self._context
-
-
 # ---------------------------------------------------------------- HTTP
 
 
@@ -279,7 +230,9 @@ class StartError(RuntimeError):
 class WebhookServer:
     """HTTP/1.1 with keep-alive over TLS; POST only, on the two webhook paths."""
 
-    def __init__(self, address: tuple[str, int], certs: CertificateReloader, reads: Reads) -> None:
+    def __init__(
+        self, address: tuple[str, int], certs: serving.CertificateReloader, reads: Reads
+    ) -> None:
         self.address = address
         self.certs = certs
         self.reads = reads
@@ -287,12 +240,9 @@ class WebhookServer:
 
     async def start(self) -> asyncio.Server:
         try:
-            self.certs.context()
-        except (OSError, ssl.SSLError) as exc:
-            raise StartError(
-                f"webhook certificate {self.certs.cert_file} / {self.certs.key_file} "
-                f"cannot be loaded: {exc}"
-            ) from exc
+            self.certs.check()
+        except serving.CertificateError as exc:
+            raise StartError(str(exc)) from exc
         try:
             self._server = await asyncio.start_server(self._connection, *self.address)
         except OSError as exc:
@@ -363,8 +313,7 @@ class WebhookServer:
 
 def cert_files(cert_dir: str, cert_name: str, key_name: str) -> tuple[pathlib.Path, pathlib.Path]:
     """The `--webhook-cert-*` flags as file paths (an empty directory means the chart's)."""
-    directory = pathlib.Path(cert_dir or DEFAULT_CERT_DIR)
-    return directory / (cert_name or "tls.crt"), directory / (key_name or "tls.key")
+    return serving.cert_files(cert_dir or DEFAULT_CERT_DIR, cert_name, key_name)
 
 
 async def start(
@@ -382,5 +331,7 @@ async def start(
     if address is None:
         return None
     crt, key = cert_files(cert_dir, cert_name, key_name)
-    server = WebhookServer(address, CertificateReloader(crt, key), ClusterReads(client))
+    server = WebhookServer(
+        address, serving.CertificateReloader(crt, key, "webhook"), ClusterReads(client)
+    )
     return await server.start()
