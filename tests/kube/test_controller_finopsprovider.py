@@ -193,3 +193,39 @@ def test_mto_patches_once_restarts_once_and_reports_an_invalid_option(
         assert opencost_cr(kube, ns)["metadata"]["resourceVersion"] == version
         assert generation(kube, ns) == 2
         assert SECRET_NAME not in proc.logs()
+
+
+def test_last_sync_time_moves_only_on_a_successful_sync(
+    kube: controlplane.ControlPlane, kube_namespace: str, no_provider: None
+) -> None:
+    ns = kube_namespace
+    with running_controller(kube, ns) as proc:
+        create(
+            kube,
+            f"{FINOPS}/finopsproviders",
+            provider({"awsoptions": {"cloudIntegrationSecret": SECRET_NAME}}),
+        )
+        cond = wait_for(lambda: ready(kube), what="Ready condition")
+        assert (cond["status"], cond["reason"]) == ("True", "BringYourOwnOpenCost")
+        synced = (get(kube, PROVIDER) or {})["status"]["lastSyncTime"]
+
+        # Every pass from now on fails: Ready says so, lastSyncTime keeps the last success
+        # (several resync passes, seconds apart, would each have moved it).
+        merge_patch(kube, PROVIDER, {"spec": {"awsoptions": {"cloudIntegrationSecret": ""}}})
+        cond = wait_for(lambda: (c := ready(kube)) and c["status"] == "False" and c)
+        assert (cond["reason"], cond["observedGeneration"]) == ("NoValidProviderOption", 2)
+        wait_more_reconciles(proc, "finopsprovider-controller")
+        status = (get(kube, PROVIDER) or {})["status"]
+        assert status["lastSyncTime"] == synced
+        assert status["observedGeneration"] == 2
+        assert cond["lastTransitionTime"] >= synced
+
+        # The next successful pass moves it again.
+        merge_patch(
+            kube, PROVIDER, {"spec": {"awsoptions": {"cloudIntegrationSecret": SECRET_NAME}}}
+        )
+        wait_for(lambda: (c := ready(kube)) and c["status"] == "True", what="Ready again")
+        wait_for(
+            lambda: (get(kube, PROVIDER) or {})["status"]["lastSyncTime"] > synced,
+            what="lastSyncTime moved by the successful pass",
+        )

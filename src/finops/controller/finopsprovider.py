@@ -7,8 +7,9 @@ Checklist:
    cloud block only `pricingModelSource: Pricebook` does — and the patch for OpenCost;
 3. write: in MTO mode patch the OpenCost CR only when the diff is not empty and restart
    OpenCost after a real change; in bring-your-own mode touch nothing (the PriceBook path
-   owns OpenCost there). Status every pass (DESIGN §2.1): observedGeneration,
-   lastSyncTime and a Ready condition whose reason says what happened.
+   owns OpenCost there). Status every pass (DESIGN §2.1): observedGeneration and a Ready
+   condition whose reason says what happened; `lastSyncTime` moves only when the pass
+   succeeded (Ready=True), so it always says when the provider was last in effect.
 The secret's value is the name of a Secret and is still never logged.
 """
 
@@ -174,8 +175,9 @@ class Reconciler:
             "conditions": conditions.set_condition(
                 current.get("conditions"), cond, generation=generation, now=now
             ),
-            "lastSyncTime": conditions.rfc3339(now),
         }
+        if cond.status == "True":  # a failed pass leaves the last successful sync's time
+            status["lastSyncTime"] = conditions.rfc3339(now)
         if generation is not None:
             status["observedGeneration"] = generation
         await kube_client.merge_patch(
