@@ -152,6 +152,12 @@ class TestWatermark:
         write(conn, rows)
         assert charges.watermark(conn, cluster=CLUSTER, subscription_uid="sub-uid-1") == hour(1)
 
+    def test_a_missing_fee_hour_holds_the_watermark_back_so_it_is_written_again(
+        self, conn: psycopg.Connection[Any], versions: Versions
+    ) -> None:
+        write(conn, [fee(h, versions) for h in (0, 1, 3, 4)] + [fee(5, versions, finalized=False)])
+        assert charges.watermark(conn, cluster=CLUSTER, subscription_uid="sub-uid-1") == hour(1)
+
     def test_watermarks_are_per_subscription(
         self, conn: psycopg.Connection[Any], versions: Versions
     ) -> None:

@@ -5,7 +5,8 @@ run inside one hour builds the same windows: `[H, H+1h)`, the UTC day holding `H
 calendar month holding `H`. In each bucket:
 
 - `current` is what has settled: the fee for `[start, H)` (so the `hour` bucket's fee part is
-  always zero) plus the usage charges of the window's hours up to and including `H`;
+  always zero) plus the usage charges of the window's hours up to and including `H`. With
+  `settled_fees` (the ledger's fee rows) the fee part is their sum, not the calculator's;
 - `projected` is the fee alone over the whole window, after the deactivation clamp;
 - `breakdown` splits both by meter; zero fields and all-zero entries are omitted.
 
@@ -115,17 +116,21 @@ def build(
     scheduled_at: dt.datetime,
     fee: fees.FeeSchedule | None,
     usage_charges: Iterable[SettledCharge] = (),
+    settled_fees: Iterable[SettledCharge] | None = None,
 ) -> list[CostBucket]:
     """The three buckets of one Subscription for the run scheduled at `scheduled_at`.
 
     `fee` is None for an Offering without `subscriptionFee`. `usage_charges` are usage rows
-    only: fee figures always come from `fee`, which equals the sum of the hourly fee rows.
+    only. The fee's `projected` always comes from `fee`; its `current` comes from
+    `settled_fees` (fee rows as stored, so the status agrees with the ledger) when given, and
+    from `fee` otherwise (equal while the ledger is intact).
     """
     anchor = ticks.floor_hour(scheduled_at)
     charges = list(usage_charges)
     for charge in charges:
         if charge.source == usage.Meter.SUBSCRIPTION:
             raise ValueError("pass usage charges only; the fee is computed from the FeeSchedule")
+    fee_rows = None if settled_fees is None else list(settled_fees)
     order = {meter.value: i for i, meter in enumerate(usage.USAGE_METERS)}
     buckets: list[CostBucket] = []
     for granularity, start, end in windows(anchor):
@@ -134,10 +139,10 @@ def build(
         if fee is not None:
             fee_current = fee.fee(start, min(anchor, end))
             fee_projected = fee.fee(start, end)
-            if fee_current or fee_projected:
-                breakdown.append(
-                    MeterCost(usage.Meter.SUBSCRIPTION.value, fee_current, fee_projected)
-                )
+        if fee_rows is not None:
+            fee_current = _fee_sum(fee_rows, start, min(anchor, end))
+        if fee_current or fee_projected:
+            breakdown.append(MeterCost(usage.Meter.SUBSCRIPTION.value, fee_current, fee_projected))
         per_meter: dict[str, int] = {}
         for charge in charges:
             hour = ticks.utc(charge.hour)
@@ -157,6 +162,11 @@ def build(
             )
         )
     return buckets
+
+
+def _fee_sum(rows: Iterable[SettledCharge], start: dt.datetime, end: dt.datetime) -> int:
+    """The fee rows whose hour lies in `[start, end)`: the hours whose tick has closed."""
+    return sum(r.amount_micros for r in rows if start <= ticks.utc(r.hour) < end)
 
 
 def to_status(buckets: Iterable[CostBucket]) -> list[dict[str, Any]]:

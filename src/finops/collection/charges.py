@@ -304,18 +304,18 @@ def ledger_windows(scheduled: dt.datetime) -> list[tuple[dt.datetime, dt.datetim
     return [(month, day), (day, anchor), (anchor, anchor + HOUR)]
 
 
-def settled_usage(
+def settled_charges(
     windows: Sequence[tuple[dt.datetime, dt.datetime]],
     sums: Sequence[Mapping[str, int]],
 ) -> list[buckets.Charge]:
-    """Per-window, per-source usage sums as charges for `buckets.build` (fee rows skipped:
-    the fee's figures come from its calculator, which equals the sum of its hourly rows)."""
+    """Per-window, per-source sums of the stored charge rows, fee rows included, as charges
+    for `costs` (on the `FromDB` path every `current` is read from the ledger)."""
     out: list[buckets.Charge] = []
     for (start, end), per_source in zip(windows, sums, strict=True):
         if start >= end:
             continue
         for source, amount in sorted(per_source.items()):
-            if source != usage.Meter.SUBSCRIPTION.value and amount:
+            if amount:
                 out.append(buckets.Charge(start, source, amount))
     return out
 
@@ -325,13 +325,21 @@ def costs(
 ) -> tuple[list[dict[str, Any]], CostsReason]:
     """The three `status.costs` buckets and their `CostsResolved` reason.
 
-    `settled` is the usage read back from the ledger; None means the ledger could not be
-    read, and the buckets are the fee calculator's alone.
+    `settled` is what the ledger holds (`settled_charges`): every `current`, the fee's
+    included, is summed from it, and only `projected` comes from the fee calculator. None
+    means the ledger could not be read, and the buckets are the fee calculator's alone.
     """
     if settled is None:
         built = buckets.build(scheduled, terms.fee, ())
         return buckets.to_status(built), CostsReason.FROM_CALCULATOR
-    return buckets.to_status(buckets.build(scheduled, terms.fee, settled)), CostsReason.FROM_DB
+    fee = usage.Meter.SUBSCRIPTION.value
+    built = buckets.build(
+        scheduled,
+        terms.fee,
+        [c for c in settled if c.source != fee],
+        settled_fees=[c for c in settled if c.source == fee],
+    )
+    return buckets.to_status(built), CostsReason.FROM_DB
 
 
 # ---------------------------------------------------------------- the finalizer

@@ -257,6 +257,15 @@ def charge(
         )
         written = store_charges.upsert(conn, rows)
 
+    settled = read_settled(conn, cluster=cluster, scheduled=scheduled, uids=uids)
+    return LedgerResult(boundary, settled, written, deleted, len(priced))
+
+
+def read_settled(
+    conn: psycopg.Connection[Any], *, cluster: str, scheduled: dt.datetime, uids: Sequence[str]
+) -> dict[str, list[buckets.Charge]]:
+    """What the ledger holds for each Subscription's three buckets, fee rows included: on the
+    `FromDB` path every `current` is this sum, never a recomputation."""
     spans = charges.ledger_windows(scheduled)
     sums = [
         store_charges.sums(conn, cluster=cluster, subscription_uids=uids, start=s, end=e)
@@ -264,8 +273,7 @@ def charge(
         else {}
         for s, e in spans
     ]
-    settled = {uid: charges.settled_usage(spans, [w.get(uid, {}) for w in sums]) for uid in uids}
-    return LedgerResult(boundary, settled, written, deleted, len(priced))
+    return {uid: charges.settled_charges(spans, [w.get(uid, {}) for w in sums]) for uid in uids}
 
 
 def _ledger_pass(

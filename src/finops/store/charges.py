@@ -113,8 +113,10 @@ def watermarks(
     """Per Subscription, the latest finalized hour with no non-finalized hour before it.
 
     The collector resumes after it: a usage row left open behind the allocation boundary
-    holds the watermark back so that hour is recomputed. Subscriptions with no finalized
-    charge are absent.
+    holds the watermark back so that hour is recomputed. So does a hole in the fee rows (the
+    fee writes one row for every hour, so a missing hour between two of them was removed by
+    hand): the watermark stops before it and the next run writes it again. Subscriptions
+    with no finalized charge are absent.
     """
     rows = conn.execute(
         """
@@ -122,11 +124,23 @@ def watermarks(
             SELECT subscription_uid, min(hour) AS first_open FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)s) AND NOT finalized
             GROUP BY subscription_uid
+        ), fee AS (
+            SELECT subscription_uid, hour,
+                   lead(hour) OVER (PARTITION BY subscription_uid ORDER BY hour) AS next_hour
+            FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)s)
+              AND source = 'subscription'
+        ), hole AS (
+            SELECT subscription_uid, min(hour) AS before_hole FROM fee
+            WHERE next_hour > hour + interval '1 hour'
+            GROUP BY subscription_uid
         )
         SELECT c.subscription_uid, max(c.hour) FROM subscription_charges c
         LEFT JOIN open o USING (subscription_uid)
+        LEFT JOIN hole h USING (subscription_uid)
         WHERE c.cluster = %(cluster)s AND c.subscription_uid = ANY(%(uids)s) AND c.finalized
           AND c.hour < coalesce(o.first_open, 'infinity')
+          AND c.hour <= coalesce(h.before_hole, 'infinity')
         GROUP BY c.subscription_uid
         """,
         {"cluster": cluster, "uids": list(subscription_uids)},

@@ -108,13 +108,14 @@ class TestCosts:
         windows = charges.ledger_windows(dt.datetime(2026, 4, 3, 13, 20, tzinfo=UTC))
         assert windows == [(at(1, 0), at(3, 0)), (at(3, 0), at(3, 13)), (at(3, 13), at(3, 14))]
 
-    def test_usage_sums_land_in_exactly_the_buckets_containing_their_window(self) -> None:
+    def test_ledger_sums_land_in_exactly_the_buckets_containing_their_window(self) -> None:
         scheduled = dt.datetime(2026, 4, 3, 13, tzinfo=UTC)
         windows = charges.ledger_windows(scheduled)
         sums = [{"cpuHour": 100, "subscription": 7}, {"cpuHour": 20}, {"cpuHour": 3, "gpuHour": 0}]
-        settled = charges.settled_usage(windows, sums)
+        settled = charges.settled_charges(windows, sums)
         assert settled == [
             buckets.Charge(at(1, 0), "cpuHour", 100),
+            buckets.Charge(at(1, 0), "subscription", 7),
             buckets.Charge(at(3, 0), "cpuHour", 20),
             buckets.Charge(at(3, 13), "cpuHour", 3),
         ]
@@ -124,17 +125,37 @@ class TestCosts:
         )
         costs, reason = charges.costs(scheduled, usage_only, settled)
         assert reason is charges.CostsReason.FROM_DB
+        # The stored fee rows count even though the Offering (now) has no fee: the ledger wins.
         assert [(c["granularity"], c.get("current")) for c in costs] == [
             ("hour", 3),
             ("day", 23),
-            ("month", 123),
+            ("month", 130),
         ]
         assert all("projected" not in c for c in costs)
 
     def test_on_the_first_hour_of_a_month_the_earlier_windows_are_empty(self) -> None:
         windows = charges.ledger_windows(at(1, 0))
         assert [s < e for s, e in windows] == [False, False, True]
-        assert charges.settled_usage(windows, [{"cpuHour": 9}, {"cpuHour": 9}, {}]) == []
+        assert charges.settled_charges(windows, [{"cpuHour": 9}, {"cpuHour": 9}, {}]) == []
+
+    def test_from_the_ledger_the_fee_current_is_the_stored_rows_and_projected_the_calculators(
+        self,
+    ) -> None:
+        terms = charges.terms_for(state(deactivated=None, deleting=False), offering())
+        scheduled = at(1, 13)
+        windows = charges.ledger_windows(scheduled)
+        # 09:00-13:00 hold four 1.00 fee rows; one is missing from the ledger, and the
+        # in-progress 13:00 row never counts toward `current`.
+        sums: list[dict[str, int]] = [{}, {"subscription": 3_000_000}, {"subscription": 1_000_000}]
+        costs, reason = charges.costs(scheduled, terms, charges.settled_charges(windows, sums))
+        assert reason is charges.CostsReason.FROM_DB
+        hour, day, month = costs
+        assert "current" not in hour and hour["projected"] == 1_000_000
+        assert (day["current"], day["projected"]) == (3_000_000, 15_000_000)
+        assert day["breakdown"] == [
+            {"name": "subscription", "current": 3_000_000, "projected": 15_000_000}
+        ]
+        assert month["current"] == 3_000_000
 
     def test_without_the_ledger_the_buckets_are_the_fee_calculators(self) -> None:
         terms = charges.terms_for(state(deactivated=None, deleting=False), offering())
