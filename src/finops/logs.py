@@ -1,8 +1,11 @@
 """Log lines shaped like the reference's zap logger, configured by the same `--zap-*` flags.
 
-The default is what the reference ships: JSON, one object per line, at info level, with
-stack traces on errors. `--zap-devel` switches the defaults to a human console format at
-debug level with traces from warnings up; each other flag overrides one setting. The value
+The default is what the reference ships: JSON, one object per line, at info level. Unlike
+zap's production default we add no call-site stack to every error line (a start-up refusal
+stays one readable line); an exception logged with its traceback keeps it, as before.
+`--zap-stacktrace-level` turns call-site stacks on from that level up (exceptions below it
+shrink to one line), and `--zap-devel` switches the defaults to a human console format at
+debug level with stacks from warnings up; each other flag overrides one setting. The value
 parsers here raise `ValueError` naming what is accepted, so the flag parser can say so.
 """
 
@@ -88,7 +91,7 @@ class Options:
 
     level: int = logging.INFO
     encoder: str = "json"
-    stacktrace_level: int = logging.ERROR
+    stacktrace_level: int | None = None  # None: exception traces only, no call-site stacks
     time_encoding: str = "rfc3339nano"
 
     @classmethod
@@ -122,7 +125,7 @@ def _call_site() -> str:
 
 
 class JsonFormatter(logging.Formatter):
-    """level, ts, logger, msg, then any `extra=` fields; a trace at or above the stack level."""
+    """level, ts, logger, msg, then any `extra=` fields, then the trace the options ask for."""
 
     def __init__(self, options: Options | None = None) -> None:
         super().__init__()
@@ -134,12 +137,12 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 entry[key] = value
-        traced = record.levelno >= self.options.stacktrace_level
-        if record.exc_info and record.exc_info[1] is not None:
-            if traced:
-                entry["error_trace"] = self.formatException(record.exc_info)
-            else:
-                entry["exception"] = repr(record.exc_info[1])
+        floor = self.options.stacktrace_level
+        traced = floor is not None and record.levelno >= floor
+        if record.exc_info and record.exc_info[1] is not None and (floor is None or traced):
+            entry["error_trace"] = self.formatException(record.exc_info)
+        elif record.exc_info and record.exc_info[1] is not None:
+            entry["exception"] = repr(record.exc_info[1])
         elif traced:
             entry["stacktrace"] = _call_site()
         return entry

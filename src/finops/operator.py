@@ -196,8 +196,8 @@ def _add_zap_flags(p: argparse.ArgumentParser) -> None:
         "--zap-stacktrace-level",
         type=_checked(logs.parse_stacktrace_level),
         metavar="info|error|panic",
-        help="lowest level whose lines carry a stack trace "
-        "(default: error; warnings too with --zap-devel)",
+        help="lowest level whose lines carry a call-site stack trace "
+        "(default: none, only logged exceptions keep theirs; warn with --zap-devel)",
     )
     p.add_argument(
         "--zap-time-encoding",

@@ -163,23 +163,28 @@ def test_time_encodings(encoding: str, ts: object) -> None:
     assert json.loads(formatter.format(record(logging.INFO)))["ts"] == ts
 
 
-def test_stack_traces_start_at_the_stacktrace_level() -> None:
-    default = logs.JsonFormatter(logs.Options())
-    assert "stacktrace" not in json.loads(default.format(record(logging.WARNING)))
-    assert (
-        "test_manager_flags.py" in json.loads(default.format(record(logging.ERROR)))["stacktrace"]
-    )
-    quiet = logs.JsonFormatter(logs.Options(stacktrace_level=logging.CRITICAL))
+def failed_record() -> logging.LogRecord:
     try:
         raise ValueError("boom")
     except ValueError:
-        import sys
+        return record(logging.ERROR, exc_info=sys.exc_info())
 
-        failed = record(logging.ERROR, exc_info=sys.exc_info())
-    line = json.loads(quiet.format(failed))
+
+def test_by_default_only_logged_exceptions_carry_a_trace() -> None:
+    default = logs.JsonFormatter(logs.Options())
+    assert "stacktrace" not in json.loads(default.format(record(logging.ERROR)))
+    assert "Traceback" in json.loads(default.format(failed_record()))["error_trace"]
+
+
+def test_call_site_stacks_start_at_the_stacktrace_level() -> None:
+    errors = logs.JsonFormatter(logs.Options(stacktrace_level=logging.ERROR))
+    assert "stacktrace" not in json.loads(errors.format(record(logging.WARNING)))
+    stack = json.loads(errors.format(record(logging.ERROR)))["stacktrace"]
+    assert "test_manager_flags.py" in stack and "logging/__init__.py" not in stack
+    quiet = logs.JsonFormatter(logs.Options(stacktrace_level=logging.CRITICAL))
+    line = json.loads(quiet.format(failed_record()))
     assert line["exception"] == "ValueError('boom')"
     assert "stacktrace" not in line and "error_trace" not in line
-    assert "Traceback" in json.loads(default.format(failed))["error_trace"]
 
 
 def test_the_console_encoder_writes_tab_separated_lines() -> None:
