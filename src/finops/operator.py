@@ -80,7 +80,8 @@ class FlagParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         if message.startswith("unrecognized arguments: "):
             unknown = message.removeprefix("unrecognized arguments: ").split()
-            message = f"unknown flag {unknown[0]}" + (
+            kind = "unknown flag" if unknown[0].startswith("-") else "unexpected argument"
+            message = f"{kind} {unknown[0]}" + (
                 f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
             )
         else:

@@ -109,6 +109,10 @@ def test_an_unknown_flag_is_one_line_naming_it(capsys: pytest.CaptureFixture[str
     assert "unknown flag --zap-colour=on" in line and "--help" in line
 
 
+def test_a_stray_word_is_named_too(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "unexpected argument extra" in refusal(capsys, ["--mode=controller", "extra"])
+
+
 def test_prefixes_are_not_guessed(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown flag --zap-log" in refusal(capsys, ["--zap-log=debug"])
 
