@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -214,3 +215,30 @@ def test_the_binary_exits_2_with_one_line_on_an_unknown_flag() -> None:
     assert done.stderr.splitlines() == [
         "finops-operator: unknown flag --zap-colour=on; run 'finops-operator --help' for every flag"
     ]
+
+
+def test_the_binary_logs_as_the_zap_flags_say() -> None:
+    """A job mode that stops at once (no database configured) shows the wiring end to end."""
+    argv = [sys.executable, "-m", "finops.operator", "--mode=collectionjob"]
+    env = {k: v for k, v in os.environ.items() if k != "POSTGRES_CONNECTION_STRING"}
+    console = subprocess.run(
+        [*argv, "--zap-encoder=console", "--zap-time-encoding=rfc3339"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert console.returncode == 1
+    ts, level, logger, msg = console.stderr.splitlines()[0].split("\t")[:4]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", ts)
+    assert (level, logger) == ("ERROR", "finops.jobs.charges")
+    assert "POSTGRES_CONNECTION_STRING" in msg
+    quiet = subprocess.run(
+        [*argv, "--zap-log-level=error", "--zap-time-encoding=epoch"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    [line] = [json.loads(x) for x in quiet.stderr.splitlines()]
+    assert line["level"] == "error" and isinstance(line["ts"], float)
