@@ -8,6 +8,15 @@ carry the same amount; money is the row's integer micros shown as an exact six-p
 The column table below states, per column, the FOCUS data type, feature level, whether the
 spec lets it be null, and the values it allows, as written in the 1.2 column definitions of
 the FOCUS_Spec repository; custom columns carry the spec's `x_` prefix. Pure: no I/O.
+
+Tags are Kubernetes labels, one user-defined tag scheme set at two levels: the namespace (the
+row's SubAccount) and the Subscription (its Resource), both as they were when the charge was
+priced. FOCUS wants one finalized value per key, so `tags` merges them and, for a key on both,
+keeps the namespace's value: namespace labels are the platform's and decide the tenant the
+ledger rolls a charge up under, so whoever may edit a Subscription cannot move its cost to
+another tenant or cost centre through Tags. Keys are passed on unprefixed and unaltered (the
+spec forbids altering keys of a provider's only user-defined scheme); label values are always
+strings, so no key needs the spec's `true` for valueless tags.
 """
 
 from __future__ import annotations
@@ -152,6 +161,9 @@ class LedgerCharge:
     currency: str
     finalized: bool
     labels: Mapping[str, str]
+    """The namespace's labels under that version."""
+    subscription_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The Subscription's own labels under that version."""
 
 
 def units(micros: int) -> Decimal:
@@ -164,6 +176,13 @@ def billing_period(hour: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     """The UTC calendar month [start, end) holding `hour`: charges are invoiced monthly."""
     index = ticks.month_index(hour)
     return ticks.month_start(index), ticks.month_start(index + 1)
+
+
+def tags(charge: LedgerCharge) -> dict[str, str] | None:
+    """The Tags object: the Subscription's labels overlaid by its namespace's (the namespace
+    wins a shared key, see the module docstring), keys sorted; None when there are none."""
+    merged = {**charge.subscription_labels, **charge.labels}
+    return dict(sorted(merged.items())) or None
 
 
 def row(charge: LedgerCharge, provider: str = DEFAULT_PROVIDER) -> dict[str, Value]:
@@ -208,7 +227,7 @@ def row(charge: LedgerCharge, provider: str = DEFAULT_PROVIDER) -> dict[str, Val
         "ServiceName": charge.offering,
         "SubAccountId": charge.namespace,
         "SubAccountName": charge.namespace,
-        "Tags": dict(sorted(charge.labels.items())) or None,
+        "Tags": tags(charge),
         "x_ChargeSource": charge.source,
         "x_Finalized": "true" if charge.finalized else "false",
         "x_UnitPrice": units(charge.unit_price_micros),

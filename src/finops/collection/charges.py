@@ -74,6 +74,8 @@ class SubscriptionState:
     finalizers: tuple[str, ...]
     offering_namespace: str
     offering_name: str
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The Subscription's own `metadata.labels`: part of the ledger's version of it."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> SubscriptionState:
@@ -95,6 +97,7 @@ class SubscriptionState:
             finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
             offering_namespace=str(ref.get("namespace", "")),
             offering_name=str(ref.get("name", "")),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
         )
 
     @property

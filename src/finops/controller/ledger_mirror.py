@@ -2,10 +2,10 @@
 
 Charge rows point at the version that priced them, so the controller records each version as
 it sees it: an Offering per (uid, generation), a Subscription per (uid, generation, namespace
-labels). The database is never on the Kubernetes path: reconcilers write status first and
-mirror afterwards, a failure is logged, counted on /metrics and retried by requeueing the key,
-and the connection is reopened on the next attempt. Versions already written by this process
-are remembered, so a steady cluster costs no queries.
+labels, its own labels). The database is never on the Kubernetes path: reconcilers write
+status first and mirror afterwards, a failure is logged, counted on /metrics and retried by
+requeueing the key, and the connection is reopened on the next attempt. Versions already
+written by this process are remembered, so a steady cluster costs no queries.
 """
 
 from __future__ import annotations
@@ -51,10 +51,18 @@ def offering_version(obj: Mapping[str, Any]) -> tuple[str, ...]:
     return ("Offering", str(meta.get("uid")), str(meta.get("generation")))
 
 
+def subscription_labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    """The Subscription's own `metadata.labels` (labels change without a new generation)."""
+    labels: Mapping[str, Any] = _meta(obj).get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}
+
+
 def subscription_version(obj: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[str, ...]:
-    """What makes a Subscription version distinct: its generation and its namespace's labels."""
+    """What makes a Subscription version distinct: its generation, its namespace's labels and
+    its own labels."""
     meta = _meta(obj)
-    digest = hashlib.sha256(json.dumps(dict(labels), sort_keys=True).encode()).hexdigest()
+    both = [dict(labels), subscription_labels(obj)]
+    digest = hashlib.sha256(json.dumps(both, sort_keys=True).encode()).hexdigest()
     return ("Subscription", str(meta.get("uid")), str(meta.get("generation")), digest)
 
 
@@ -128,6 +136,7 @@ class Mirror:
                 resource_version=str(meta.get("resourceVersion") or ""),
                 spec=obj.get("spec") or {},
                 namespace_labels=labels,
+                subscription_labels=subscription_labels(obj),
             )
 
         return await self._write("Subscription", subscription_version(obj, labels), write)

@@ -83,7 +83,7 @@ def _versions(
         known_s = charge_inputs.known_subscription_versions(
             conn,
             cluster=cluster,
-            versions=[(u, g, b.namespace_labels) for (u, g), b in subs.items()],
+            versions=[(u, g, b.namespace_labels, b.sub.labels) for (u, g), b in subs.items()],
         )
         missing_o = [o for key, o in offerings.items() if key not in known_o]
         missing_s = [b for key, b in subs.items() if key not in known_s]
@@ -104,6 +104,7 @@ def _versions(
                         },
                         b.sub.spec,
                         b.namespace_labels,
+                        b.sub.labels,
                     )
                     for b in missing_s
                 ],
@@ -114,7 +115,7 @@ def _versions(
             known_s = charge_inputs.known_subscription_versions(
                 conn,
                 cluster=cluster,
-                versions=[(u, g, b.namespace_labels) for (u, g), b in subs.items()],
+                versions=[(u, g, b.namespace_labels, b.sub.labels) for (u, g), b in subs.items()],
             )
     offering_ids: dict[str, int] = {}
     subscription_ids: dict[str, int] = {}

@@ -156,25 +156,28 @@ def known_subscription_versions(
     conn: psycopg.Connection[Any],
     *,
     cluster: str,
-    versions: Iterable[tuple[str, int, Mapping[str, str]]],
+    versions: Iterable[tuple[str, int, Mapping[str, str], Mapping[str, str]]],
 ) -> dict[tuple[str, int], int]:
-    """Mirror ids of `(uid, generation, namespace labels)` Subscription versions already
-    recorded, keyed by `(uid, generation)` (one set of labels per uid is asked for)."""
+    """Mirror ids of `(uid, generation, namespace labels, Subscription labels)` versions
+    already recorded, keyed by `(uid, generation)` (one set of labels per uid is asked for)."""
     items = list(versions)
     if not items:
         return {}
     rows = conn.execute(
         """
         SELECT v.uid, v.generation, v.id FROM subscription_versions v
-        JOIN unnest(%s::text[], %s::bigint[], %s::jsonb[]) AS k(uid, generation, labels)
+        JOIN unnest(%s::text[], %s::bigint[], %s::jsonb[], %s::jsonb[])
+            AS k(uid, generation, labels, own)
           ON v.uid = k.uid AND v.generation = k.generation
          AND v.labels_digest = md5(k.labels::text)
+         AND v.subscription_labels_digest = md5(k.own::text)
         WHERE v.cluster = %s
         """,
         (
-            [u for u, _, _ in items],
-            [g for _, g, _ in items],
-            [Jsonb(dict(labels)) for _, _, labels in items],
+            [u for u, _, _, _ in items],
+            [g for _, g, _, _ in items],
+            [Jsonb(dict(labels)) for _, _, labels, _ in items],
+            [Jsonb(dict(own)) for _, _, _, own in items],
             cluster,
         ),
     ).fetchall()
@@ -250,10 +253,12 @@ def add_subscription_versions(
     conn: psycopg.Connection[Any],
     *,
     cluster: str,
-    versions: Iterable[tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, str]]],
+    versions: Iterable[
+        tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, str], Mapping[str, str]]
+    ],
 ) -> None:
-    """Record many Subscription versions `(metadata, spec, namespace labels)` in one
-    statement, as `mirror.upsert_subscription_version` would one by one."""
+    """Record many Subscription versions `(metadata, spec, namespace labels, Subscription
+    labels)` in one statement, as `mirror.upsert_subscription_version` would one by one."""
     items = list(versions)
     if not items:
         return
@@ -261,19 +266,21 @@ def add_subscription_versions(
         """
         INSERT INTO subscription_versions
             (cluster, uid, namespace, name, generation, resource_version, spec,
-             namespace_labels)
+             namespace_labels, subscription_labels)
         SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[],
-                                 %s::jsonb[], %s::jsonb[])
-        ON CONFLICT (cluster, uid, generation, labels_digest) DO NOTHING
+                                 %s::jsonb[], %s::jsonb[], %s::jsonb[])
+        ON CONFLICT (cluster, uid, generation, labels_digest, subscription_labels_digest)
+            DO NOTHING
         """,
         (
             cluster,
-            [str(m.get("uid", "")) for m, _, _ in items],
-            [str(m.get("namespace", "")) for m, _, _ in items],
-            [str(m.get("name", "")) for m, _, _ in items],
-            [int(m.get("generation") or 0) for m, _, _ in items],
-            [str(m.get("resourceVersion", "")) for m, _, _ in items],
-            [Jsonb(dict(spec)) for _, spec, _ in items],
-            [Jsonb(dict(labels)) for _, _, labels in items],
+            [str(m.get("uid", "")) for m, _, _, _ in items],
+            [str(m.get("namespace", "")) for m, _, _, _ in items],
+            [str(m.get("name", "")) for m, _, _, _ in items],
+            [int(m.get("generation") or 0) for m, _, _, _ in items],
+            [str(m.get("resourceVersion", "")) for m, _, _, _ in items],
+            [Jsonb(dict(spec)) for _, spec, _, _ in items],
+            [Jsonb(dict(labels)) for _, _, labels, _ in items],
+            [Jsonb(dict(own)) for _, _, _, own in items],
         ),
     )

@@ -2,9 +2,9 @@
 
 Why a cursor: a month of a large cluster is millions of rows, and the export writes them as
 they come, so neither the gateway nor the CLI holds the window in memory. Each row carries
-the namespace, name and namespace labels of the Subscription version that priced it and the
-Offering's name. The caller's connection must not be in autocommit (a cursor lives in a
-transaction); reads only.
+the namespace, name, namespace labels and own labels of the Subscription version that priced
+it and the Offering's name. The caller's connection must not be in autocommit (a cursor lives
+in a transaction); reads only.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ BATCH = 2000
 _SELECT = """
     SELECT c.cluster, v.namespace, v.name, c.subscription_uid, o.name, c.hour, c.source,
            c.quantity, c.unit_price_micros, c.amount_micros, c.currency, c.finalized,
-           v.namespace_labels
+           v.namespace_labels, v.subscription_labels
     FROM subscription_charges c
     JOIN subscription_versions v ON v.id = c.subscription_version_id
     JOIN offering_versions o ON o.id = c.offering_version_id
@@ -41,9 +41,10 @@ class LedgerReadError(RuntimeError):
 
 
 def _charge(record: tuple[Any, ...]) -> focus.LedgerCharge:
-    cluster, ns, name, uid, offering, hour, source, quantity, price, amount, cur, final, labels = (
-        record
-    )
+    cluster, ns, name, uid, offering, hour, source, quantity, price, amount, cur, final = record[
+        :-2
+    ]
+    labels, own = record[-2:]
     return focus.LedgerCharge(
         cluster=str(cluster),
         namespace=str(ns),
@@ -57,8 +58,13 @@ def _charge(record: tuple[Any, ...]) -> focus.LedgerCharge:
         amount_micros=int(amount),
         currency=str(cur),
         finalized=bool(final),
-        labels={str(k): str(v) for k, v in (labels or {}).items()},
+        labels=_strings(labels),
+        subscription_labels=_strings(own),
     )
+
+
+def _strings(labels: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (labels or {}).items()}
 
 
 def charges(
