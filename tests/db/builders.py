@@ -94,6 +94,7 @@ def subscription_version(
     uid: str = "sub-uid-1",
     tenant: str | None = "acme",
     generation: int = 1,
+    subscription_labels: dict[str, str] | None = None,
 ) -> int:
     labels = {"kubernetes.io/metadata.name": "team-a"}
     if tenant is not None:
@@ -108,6 +109,7 @@ def subscription_version(
         resource_version=f"{200 + generation}",
         spec={"offeringRef": {"name": "platform-base", "namespace": "finops-operator-system"}},
         namespace_labels=labels,
+        subscription_labels=subscription_labels,
     )
 
 

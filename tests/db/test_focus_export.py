@@ -6,6 +6,7 @@ import argparse
 import csv
 import datetime as dt
 import importlib.util
+import json
 import pathlib
 from decimal import Decimal
 from typing import Any
@@ -148,6 +149,57 @@ def test_rows_carry_the_version_that_priced_them_oldest_hour_first(
     last = focus.row(got[-1])
     assert last["BillingPeriodStart"] == dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
     conn.rollback()
+
+
+def test_tags_carry_the_subscription_labels_each_hour_was_priced_under(
+    conn: psycopg.Connection[Any], ledger_dsn: str, tmp_path: pathlib.Path
+) -> None:
+    """Relabelled mid-window: earlier hours keep the old labels, later ones show the new;
+    the namespace's labels are there too and win the key both set (`env`)."""
+    offering = builders.offering_version(conn)
+    relabelled = (("7", {"cost-center": "cc-42", "env": "dev"}), ("8", {"cost-center": "cc-7"}))
+    versions = [
+        mirror.upsert_subscription_version(
+            conn,
+            cluster=builders.CLUSTER,
+            uid="uid-team-c-web",
+            namespace="team-c",
+            name="web",
+            generation=1,
+            resource_version=rv,
+            spec={"offeringRef": {"name": "platform-base"}},
+            namespace_labels={"stakater.com/tenant": "team-c", "env": "prod"},
+            subscription_labels=own,
+        )
+        for rv, own in relabelled
+    ]
+    charges.upsert(
+        conn,
+        [
+            charges.Charge(
+                builders.CLUSTER,
+                "uid-team-c-web",
+                START + n * HOUR,
+                "subscription",
+                Decimal(1),
+                1_000_000,
+                1_000_000,
+                "USD",
+                True,
+                offering,
+                versions[n >= 3],
+            )
+            for n in range(6)
+        ],
+    )
+    conn.commit()
+    out = tmp_path / "tags.csv"
+    assert export.run(_args(ledger_dsn, out, namespace="team-c")) == 0
+    with out.open(newline="", encoding="utf-8") as f:
+        tags = [json.loads(r["Tags"]) for r in csv.DictReader(f)]
+    before = {"cost-center": "cc-42", "env": "prod", "stakater.com/tenant": "team-c"}
+    after = {"cost-center": "cc-7", "env": "prod", "stakater.com/tenant": "team-c"}
+    assert tags == [before] * 3 + [after] * 3
 
 
 def test_rows_stream_from_a_server_side_cursor_a_batch_at_a_time(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -14,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from finops.store import migrate
+from finops.store import migrate, mirror
 
 EXPECTED_TABLES = {
     "pricebooks",
@@ -111,6 +112,49 @@ class TestFreshDatabase:
             expected = schema_snapshot(fresh)
         with psycopg.connect(ledger_dsn) as cloned:
             assert schema_snapshot(cloned) == expected
+
+
+class TestUpgrades:
+    def test_0002_gives_versions_mirrored_before_it_empty_subscription_labels(
+        self, pg_dsn: str
+    ) -> None:
+        """A ledger written under 0001 upgrades in place: its rows read as unlabelled
+        Subscriptions, the same observation maps to the same row, and a labelled one is new."""
+        shipped = migrate.load()
+        assert [m.name for m in shipped[:2]] == ["ledger", "subscription_labels"]
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            migrate.apply(conn, shipped[:1])
+            row = conn.execute(
+                """
+                INSERT INTO subscription_versions
+                    (cluster, uid, namespace, name, generation, resource_version, spec,
+                     namespace_labels)
+                VALUES ('default', 'uid-1', 'team-a', 'web', 3, '9', '{}',
+                        '{"stakater.com/tenant": "acme"}')
+                RETURNING id
+                """
+            ).fetchone()
+            assert row is not None
+            assert [m.version for m in migrate.apply(conn)] == shipped_versions()[1:]
+            labels = conn.execute(
+                "SELECT subscription_labels FROM subscription_versions WHERE id = %s", row
+            ).fetchone()
+            observe = functools.partial(
+                mirror.upsert_subscription_version,
+                conn,
+                cluster="default",
+                uid="uid-1",
+                namespace="team-a",
+                name="web",
+                generation=3,
+                resource_version="9",
+                spec={},
+                namespace_labels={"stakater.com/tenant": "acme"},
+            )
+            same, labelled = observe(), observe(subscription_labels={"app": "web"})
+        assert labels == ({},)
+        assert same == row[0]
+        assert labelled != row[0]
 
 
 class TestMigrationFiles:

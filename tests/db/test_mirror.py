@@ -7,6 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from finops.store import charge_inputs
 from tests.db import builders
 
 
@@ -44,6 +45,75 @@ def test_relabelling_the_namespace_makes_a_new_subscription_version(
     assert acme == again == back
     assert moved != acme
     assert labels == [("acme",), ("globex",)]
+
+
+def test_a_subscription_version_carries_the_subscription_labels(
+    conn: psycopg.Connection[Any],
+) -> None:
+    version = builders.subscription_version(conn, subscription_labels={"cost-center": "cc-42"})
+    plain = builders.subscription_version(conn, uid="sub-uid-2")
+    rows = dict(
+        conn.execute(
+            "SELECT id, subscription_labels FROM subscription_versions WHERE id = ANY(%s)",
+            ([version, plain],),
+        ).fetchall()
+    )
+    assert rows == {version: {"cost-center": "cc-42"}, plain: {}}
+
+
+def test_relabelling_the_subscription_makes_a_new_version_keeping_the_old_one(
+    conn: psycopg.Connection[Any],
+) -> None:
+    first = builders.subscription_version(conn, subscription_labels={"cost-center": "cc-42"})
+    again = builders.subscription_version(conn, subscription_labels={"cost-center": "cc-42"})
+    moved = builders.subscription_version(conn, subscription_labels={"cost-center": "cc-7"})
+    unlabelled = builders.subscription_version(conn)
+    back = builders.subscription_version(conn, subscription_labels={"cost-center": "cc-42"})
+    rows = conn.execute(
+        "SELECT generation, namespace_labels ->> 'stakater.com/tenant', subscription_labels "
+        "FROM subscription_versions ORDER BY id"
+    ).fetchall()
+    assert first == again == back
+    assert len({first, moved, unlabelled}) == 3
+    assert rows == [
+        (1, "acme", {"cost-center": "cc-42"}),
+        (1, "acme", {"cost-center": "cc-7"}),
+        (1, "acme", {}),
+    ]
+
+
+def test_the_collection_job_batch_path_agrees_with_the_controller_upsert(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Both writers key a version the same way: the job finds the controller's row and adds
+    only the relabelled version, with its labels."""
+    namespace = {"kubernetes.io/metadata.name": "team-a", "stakater.com/tenant": "acme"}
+    by_controller = builders.subscription_version(conn, subscription_labels={"app": "web"})
+    asked = [("sub-uid-1", 1, namespace, {"app": "web"})]
+    assert charge_inputs.known_subscription_versions(
+        conn, cluster=builders.CLUSTER, versions=asked
+    ) == {("sub-uid-1", 1): by_controller}
+    relabelled = [("sub-uid-1", 1, namespace, {"app": "api"})]
+    assert (
+        charge_inputs.known_subscription_versions(
+            conn, cluster=builders.CLUSTER, versions=relabelled
+        )
+        == {}
+    )
+    meta = {"uid": "sub-uid-1", "namespace": "team-a", "name": "sub-sub-uid-1", "generation": 1}
+    charge_inputs.add_subscription_versions(
+        conn,
+        cluster=builders.CLUSTER,
+        versions=[(meta, {}, namespace, {"app": "api"}), (meta, {}, namespace, {"app": "web"})],
+    )
+    found = charge_inputs.known_subscription_versions(
+        conn, cluster=builders.CLUSTER, versions=relabelled
+    )
+    assert found.keys() == {("sub-uid-1", 1)} and found[("sub-uid-1", 1)] != by_controller
+    stored = conn.execute(
+        "SELECT subscription_labels FROM subscription_versions ORDER BY id"
+    ).fetchall()
+    assert stored == [({"app": "web"},), ({"app": "api"},)]
 
 
 def test_the_tenant_label_is_indexed(conn: psycopg.Connection[Any]) -> None:

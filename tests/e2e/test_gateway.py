@@ -53,6 +53,7 @@ def _write_ledger(dsn: str, namespace: str, uid: str) -> list[charges.Charge]:
             resource_version="2",
             spec={"offeringRef": {"name": "platform-base"}},
             namespace_labels={"kubernetes.io/metadata.name": namespace},
+            subscription_labels={"app.kubernetes.io/part-of": "web-shop"},
         )
         rows = []
         for n in range(3):

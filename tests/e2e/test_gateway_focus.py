@@ -135,3 +135,5 @@ def test_a_cluster_wide_reader_exports_every_namespace(
         assert _billed_micros(rows) == sum(c.amount_micros for c in written)
         tags = json.loads(rows[0]["Tags"])
         assert tags["kubernetes.io/metadata.name"] == rows[0]["SubAccountId"]
+        # The Subscription's own labels are tags too, beside its namespace's.
+        assert {json.loads(r["Tags"])["app.kubernetes.io/part-of"] for r in rows} == {"web-shop"}

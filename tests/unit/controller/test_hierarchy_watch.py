@@ -156,6 +156,18 @@ class TestMirrorBookkeeping:
         moved = ledger_mirror.subscription_version(sub, {"stakater.com/tenant": "b"})
         assert first == again and first != moved
 
+    def test_a_relabelled_subscription_is_a_new_version_and_writes_its_labels(self) -> None:
+        sub = b.subscription("acme", "vm")
+        relabelled = copy.deepcopy(sub)
+        relabelled["metadata"]["labels"] = {"cost-center": "cc-42"}
+        namespace = {"stakater.com/tenant": "a"}
+        first = ledger_mirror.subscription_version(sub, namespace)
+        second = ledger_mirror.subscription_version(relabelled, namespace)
+        assert first != second
+        assert ledger_mirror.subscription_version(copy.deepcopy(relabelled), namespace) == second
+        assert ledger_mirror.subscription_labels(relabelled) == {"cost-center": "cc-42"}
+        assert ledger_mirror.subscription_labels(sub) == {}
+
     def test_backoff_doubles_up_to_its_cap_and_resets_on_success(self) -> None:
         backoff = ledger_mirror.Backoff(base=1.0, cap=5.0)
         assert [backoff.failed("k") for _ in range(4)] == [1.0, 2.0, 4.0, 5.0]
