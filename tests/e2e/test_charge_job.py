@@ -21,10 +21,12 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from tests.e2e._support import active_book
 
+from finops.billing import focus
 from finops.devenv import controlplane
 from finops.devenv import opencost_replay as replay
 from finops.jobs import allocations as allocation_job
 from finops.jobs import charges as job
+from finops.store import focus as focus_store
 
 GROUP = "/apis/finops.stakater.com/v1alpha1"
 UTC = dt.UTC
@@ -717,3 +719,42 @@ def test_a_deleted_subscription_that_never_activated_is_released_without_charges
     ]
     with psycopg.connect(ledger_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM subscription_charges").fetchone() == (0,)
+
+
+def test_each_hour_carries_the_subscription_labels_it_was_charged_under(
+    kube: controlplane.ControlPlane, kube_namespace: str, ledger_dsn: str
+) -> None:
+    """The job mirrors a relabelled Subscription as a new version (same generation), so the
+    FOCUS export tags earlier hours with the old labels and later ones with the new."""
+    ns = kube_namespace
+    fee = {"tickAlignment": "HourBoundary", "period": "1", "priceMicros": 1_000_000}
+    offering(kube, ns, "tagged", {"subscriptionFee": fee})
+    subscription(kube, ns, "tagged", "tagged", at(0))
+    with kube.http() as client:
+        resp = client.patch(
+            sub_url(ns, "tagged"),
+            json={"metadata": {"labels": {"cost-center": "cc-42"}}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert resp.status_code == 200, resp.text
+    assert charge_run(kube, ns, ledger_dsn, at(1)) == 0
+    with kube.http() as client:
+        resp = client.patch(
+            sub_url(ns, "tagged"),
+            json={"metadata": {"labels": {"cost-center": "cc-7"}}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert resp.status_code == 200, resp.text
+    assert resp.json()["metadata"]["generation"] == 1
+    assert charge_run(kube, ns, ledger_dsn, at(3)) == 0
+
+    with psycopg.connect(ledger_dsn) as conn:
+        got = list(focus_store.charges(conn, cluster=CLUSTER, start=at(0), end=at(4)))
+        generations = conn.execute(
+            "SELECT DISTINCT generation FROM subscription_versions WHERE name = 'tagged'"
+        ).fetchall()
+    tags = {c.hour: focus.row(c)["Tags"] for c in got if c.namespace == ns}
+    assert generations == [(1,)]
+    assert set(tags) == {at(0), at(1), at(2), at(3)}
+    assert tags[at(0)] == {"cost-center": "cc-42", "kubernetes.io/metadata.name": ns}
+    assert tags[at(3)] == {"cost-center": "cc-7", "kubernetes.io/metadata.name": ns}

@@ -206,6 +206,44 @@ def test_every_observed_version_is_mirrored_with_the_namespace_labels_and_tenant
     assert len(tenant_rows("acme-corp")) == len(TREE) + 1
 
 
+def test_a_relabelled_subscription_is_a_new_version_carrying_its_labels(
+    kube: controlplane.ControlPlane,
+    tenant_namespace: str,
+    controller: ControllerProcess,
+    ledger_dsn: str,
+    cluster_id: str,
+) -> None:
+    ns = tenant_namespace
+    create(kube, h.path("Offering", ns), h.offering_body("platform-core", ns))
+    body = h.subscription_body("acme", ns, "platform-core")
+    body["metadata"]["labels"] = {"cost-center": "cc-42"}
+    create(kube, h.path("Subscription", ns), body)
+
+    def versions() -> list[tuple[Any, ...]]:
+        return rows(
+            ledger_dsn,
+            "SELECT generation, namespace_labels ->> %s, subscription_labels "
+            "FROM subscription_versions WHERE cluster = %s AND namespace = %s "
+            "AND name = 'acme' ORDER BY id",
+            TENANT,
+            cluster_id,
+            ns,
+        )
+
+    def count(n: int) -> list[tuple[Any, ...]] | None:
+        found = versions()
+        return found if len(found) == n else None
+
+    first = wait_for(lambda: count(1), what="the labelled Subscription mirrored")
+    assert first == [(1, "acme-corp", {"cost-center": "cc-42"})]
+    # Labels change without a new generation, yet make a new version; the old one stays.
+    merge_patch(
+        kube, h.path("Subscription", ns, "acme"), {"metadata": {"labels": {"cost-center": "cc-7"}}}
+    )
+    both = wait_for(lambda: count(2), what="the relabelled Subscription mirrored")
+    assert both == [*first, (1, "acme-corp", {"cost-center": "cc-7"})]
+
+
 def mirror_errors(proc: ControllerProcess) -> float:
     text = httpx.get(f"http://127.0.0.1:{proc.metrics_port}/metrics").text
     return sum(
