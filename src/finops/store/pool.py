@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import urllib.parse
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias, TypeVar
 
 import psycopg
 import psycopg_pool
 from psycopg import conninfo
 
 from finops.store import migrate
+
+Connection: TypeAlias = psycopg.Connection[Any]
+Pool: TypeAlias = psycopg_pool.ConnectionPool[Any]
+T = TypeVar("T")
 
 DSN_ENV = "POSTGRES_CONNECTION_STRING"
 CLUSTER_ENV = "CLUSTER_ID"
@@ -29,8 +34,16 @@ _KV_PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s]+)", re.IGNOR
 _URI_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]*)@")
 
 
-class LedgerConnectionError(RuntimeError):
+class LedgerError(RuntimeError):
+    """The ledger could not be used; the message is secret-free."""
+
+
+class LedgerConnectionError(LedgerError):
     """The ledger database is misconfigured or cannot be reached (message is secret-free)."""
+
+
+class LedgerUnavailable(LedgerError):
+    """A statement or the pool failed; the driver's reason with the password scrubbed."""
 
 
 def cluster_id(environ: Mapping[str, str] | None = None) -> str:
@@ -143,3 +156,48 @@ def open_pool(
         pool.close()
         raise _failure(target, "open a connection pool to", exc) from None
     return pool
+
+
+def read(ledger: Pool, dsn: str, query: Callable[[Connection], T]) -> T:
+    """Run `query` on a pooled connection; any driver error or pool timeout is raised as
+    `LedgerUnavailable` (the pool itself stays usable), so callers never see the driver."""
+    try:
+        with ledger.connection() as conn:
+            return query(conn)
+    except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+        raise LedgerUnavailable(redact(str(exc).strip() or type(exc).__name__, dsn)) from None
+
+
+class Session:
+    """One lazily opened autocommit connection, used from worker threads one call at a time.
+
+    A driver error closes it (the next call reconnects) and is raised as `LedgerUnavailable`;
+    a failed connect raises `LedgerConnectionError`; both carry no secrets.
+    """
+
+    def __init__(self, dsn: str, *, connect_timeout: int = 5) -> None:
+        self.dsn = dsn
+        self.connect_timeout = connect_timeout
+        self._conn: Connection | None = None
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[Connection], T]) -> T:
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = connect(
+                        self.dsn, autocommit=True, connect_timeout=self.connect_timeout
+                    )
+                return fn(self._conn)
+            except psycopg.Error as exc:
+                self._close()
+                raise LedgerUnavailable(redact(str(exc).strip(), self.dsn)) from None
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()

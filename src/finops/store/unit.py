@@ -1,0 +1,60 @@
+"""A unit of work for the ledger: a transaction that rolls back unless it is committed.
+
+Why: a job that writes several statements must leave the ledger either fully updated or
+untouched. With psycopg's own `conn.transaction()` leaving the block commits; here leaving it
+commits only when the caller said `commit()`, so a forgotten commit or an early return can
+never publish half a write. Callers outside `finops.store` hold a `Connection` (an alias, so
+they never import the driver) and pass it to the store's functions.
+
+Jobs open one `session`: an autocommit connection with the migrations applied, on which each
+`begin()` block is a real transaction (on a non-autocommit connection it would only be a
+savepoint) and every read outside a block sees committed data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import psycopg
+
+from finops.store import migrate, pool
+
+Connection = pool.Connection
+
+
+class UnitOfWork:
+    """The statements of one `begin()` block; `commit()` keeps them when the block ends."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.committed = False
+
+    def commit(self) -> None:
+        """Keep this block's writes (they are committed when the block ends normally)."""
+        self.committed = True
+
+
+@contextlib.contextmanager
+def begin(conn: Connection) -> Iterator[UnitOfWork]:
+    """One transaction on `conn`: committed at the end of the block only after `commit()`;
+    rolled back on an exception or when the block ends without `commit()`."""
+    with conn.transaction() as tx:
+        work = UnitOfWork(conn)
+        yield work
+        if not work.committed:
+            raise psycopg.Rollback(tx)
+
+
+def connect(dsn: str, *, connect_timeout: int = 10) -> Connection:
+    """An autocommit connection (the caller closes it); errors reaching the server raise
+    `pool.LedgerConnectionError` without the password."""
+    return pool.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
+
+
+@contextlib.contextmanager
+def session(dsn: str, *, connect_timeout: int = 10) -> Iterator[Connection]:
+    """An autocommit connection for one job run, migrations applied; closed at the end."""
+    with connect(dsn, connect_timeout=connect_timeout) as conn:
+        migrate.apply(conn)
+        yield conn
