@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 
-from finops.collection import charges
+from finops.collection import charge_plan, charges
 from finops.devenv import postgres
 from finops.jobs import charges as job
 from finops.store import allocations, migrate
@@ -100,7 +100,7 @@ def generate(conn: psycopg.Connection[Any], subscriptions: int, rows: int) -> in
     return int(row[0])
 
 
-def billed(subscriptions: int) -> list[job.Billed]:
+def billed(subscriptions: int) -> list[charge_plan.Billed]:
     activated = charges.parse_time("2026-04-01T00:20:00Z")
     out = []
     for i in range(subscriptions):
@@ -120,7 +120,9 @@ def billed(subscriptions: int) -> list[job.Billed]:
         }
         state = charges.SubscriptionState.from_object(obj)
         terms = charges.terms_for(state, OFFERING["spec"])
-        out.append(job.Billed(state, terms, OFFERING, {"stakater.com/tenant": f"t-{i % 50}"}))
+        out.append(
+            charge_plan.Billed(state, terms, OFFERING, {"stakater.com/tenant": f"t-{i % 50}"})
+        )
     return out
 
 

@@ -1,41 +1,41 @@
 """`--mode=collectionjob`: charge every activated Subscription hour by hour, refresh
 `status.costs`, and release the finalizer of deleted Subscriptions whose billing is settled.
 
-A run is a checklist: pin the scheduled hour; list Subscriptions and read each one's Offering
-fresh; in one ledger pass (a fixed number of statements for all Subscriptions, never one per
-Subscription-hour) compute the allocation boundary once, write the charge rows and read the
-sums back; then write each Subscription's buckets and decide its finalizer. A failure for one
-Subscription holds only that one; the run finishes the rest and then exits non-zero so the
-Job is retried for the same pinned hour. If the ledger cannot be used at all, every
-Subscription still gets fee-only buckets (`CostsResolved=True`, reason `FromCalculator`).
+`collect` is a checklist of named phases: pin the scheduled hour; sort the listed
+Subscriptions; read their terms (each referenced Offering once, the namespace labels); charge
+the ledger; write each Subscription's costs; release the settled ones; release the ones that
+never activated. The ledger pass (`charge`) is read → decide → write: one read of everything
+the pure plan (`finops.collection.charge_plan`) needs, the plan, one unit of work writing its
+rows, then the sums read back for the buckets; a fixed number of statements for all
+Subscriptions, never one per Subscription-hour. A failure for one Subscription holds only that
+one; the run finishes the rest and then exits non-zero so the Job is retried for the same
+pinned hour. If the ledger cannot be used at all, every Subscription still gets fee-only
+buckets (`CostsResolved=True`, reason `FromCalculator`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
-import collections
 import dataclasses
 import datetime as dt
 import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import psycopg
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
 from finops.api import conditions
-from finops.billing import buckets, usage
-from finops.collection import charges, durations, plan
+from finops.billing import buckets
+from finops.collection import charge_plan, charges, durations, plan
 from finops.kube import costjobs
 from finops.kube import subscriptions as kube_subs
 from finops.opencost import config as opencost_config
 from finops.store import allocations as store_allocations
-from finops.store import charge_inputs, migrate, pool
+from finops.store import charge_inputs, pool, unit
 from finops.store import charges as store_charges
 
 log = logging.getLogger("finops.jobs.charges")
@@ -44,14 +44,9 @@ KUBE_CONCURRENCY = 16
 T = TypeVar("T")
 
 
-@dataclasses.dataclass(frozen=True)
-class Billed:
-    """An activated Subscription whose terms could be read: what the ledger pass charges."""
-
-    sub: charges.SubscriptionState
-    terms: charges.Terms
-    offering: Mapping[str, Any]
-    namespace_labels: Mapping[str, str]
+Billed = charge_plan.Billed
+"""What the ledger pass charges (defined with the pure plan; named here for callers of
+`collect` that bring their own ledger pass)."""
 
 
 @dataclasses.dataclass
@@ -68,202 +63,59 @@ class LedgerResult:
 # ---------------------------------------------------------------- the ledger pass
 
 
-def _versions(
-    conn: psycopg.Connection[Any], cluster: str, billed: Sequence[Billed]
-) -> tuple[dict[str, int], dict[str, int]]:
-    """Mirror ids (offering, subscription) per Subscription uid; new versions are upserted."""
-    offerings: dict[tuple[str, int], Mapping[str, Any]] = {}
-    subs: dict[tuple[str, int], Billed] = {}
-    for b in billed:
-        meta = b.offering.get("metadata") or {}
-        offerings[(str(meta.get("uid", "")), int(meta.get("generation") or 0))] = b.offering
-        subs[(b.sub.uid, b.sub.generation)] = b
-    with conn.transaction():
-        known_o = charge_inputs.known_offering_versions(conn, cluster=cluster, versions=offerings)
-        known_s = charge_inputs.known_subscription_versions(
-            conn,
-            cluster=cluster,
-            versions=[(u, g, b.namespace_labels, b.sub.labels) for (u, g), b in subs.items()],
-        )
-        missing_o = [o for key, o in offerings.items() if key not in known_o]
-        missing_s = [b for key, b in subs.items() if key not in known_s]
-        if missing_o or missing_s:
-            # New versions: one INSERT per table, then read every id back.
-            charge_inputs.add_offering_versions(conn, cluster=cluster, versions=missing_o)
-            charge_inputs.add_subscription_versions(
-                conn,
-                cluster=cluster,
-                versions=[
-                    (
-                        {
-                            "uid": b.sub.uid,
-                            "namespace": b.sub.namespace,
-                            "name": b.sub.name,
-                            "generation": b.sub.generation,
-                            "resourceVersion": b.sub.resource_version,
-                        },
-                        b.sub.spec,
-                        b.namespace_labels,
-                        b.sub.labels,
-                    )
-                    for b in missing_s
-                ],
-            )
-            known_o = charge_inputs.known_offering_versions(
-                conn, cluster=cluster, versions=offerings
-            )
-            known_s = charge_inputs.known_subscription_versions(
-                conn,
-                cluster=cluster,
-                versions=[(u, g, b.namespace_labels, b.sub.labels) for (u, g), b in subs.items()],
-            )
-    offering_ids: dict[str, int] = {}
-    subscription_ids: dict[str, int] = {}
-    for b in billed:
-        meta = b.offering.get("metadata") or {}
-        offering_ids[b.sub.uid] = known_o[
-            (str(meta.get("uid", "")), int(meta.get("generation") or 0))
-        ]
-        subscription_ids[b.sub.uid] = known_s[(b.sub.uid, b.sub.generation)]
-    return offering_ids, subscription_ids
-
-
-class _RowIndex:
-    """Priced allocation rows by namespace, sorted by hour, for per-Subscription windows."""
-
-    def __init__(self, rows: Iterable[usage.PricedRow]) -> None:
-        self.by_namespace: dict[str, list[usage.PricedRow]] = collections.defaultdict(list)
-        self.all: list[usage.PricedRow] = []
-        for priced in rows:
-            self.by_namespace[priced.row.namespace].append(priced)
-            self.all.append(priced)
-        for bucket in (*self.by_namespace.values(), self.all):
-            bucket.sort(key=lambda p: p.row.hour)
-
-    @staticmethod
-    def _slice(
-        rows: list[usage.PricedRow], window: tuple[dt.datetime, dt.datetime]
-    ) -> list[usage.PricedRow]:
-        lo = bisect.bisect_left(rows, window[0], key=lambda p: p.row.hour)
-        hi = bisect.bisect_left(rows, window[1], key=lambda p: p.row.hour)
-        return rows[lo:hi]
-
-    def for_terms(
-        self, terms: charges.Terms, window: tuple[dt.datetime, dt.datetime]
-    ) -> list[usage.PricedRow]:
-        """Rows a Subscription's sources could select in its window (each row once)."""
-        if any(not s.namespace for s in terms.sources):
-            return self._slice(self.all, window)
-        out: list[usage.PricedRow] = []
-        for namespace in sorted({s.namespace for s in terms.sources}):
-            out.extend(self._slice(self.by_namespace.get(namespace, []), window))
-        return out
-
-
-def _priced(
-    conn: psycopg.Connection[Any],
-    cluster: str,
-    billed: Sequence[Billed],
-    windows: Mapping[str, tuple[dt.datetime, dt.datetime]],
-) -> list[tuple[usage.PricedRow, str]]:
-    """The allocation rows every usage-billing Subscription's window needs, with their rates
-    and currency: one query for the rows, one for the PriceBooks they were collected under."""
-    per_namespace: dict[str, tuple[dt.datetime, dt.datetime]] = {}
-    anywhere: tuple[dt.datetime, dt.datetime] | None = None
-    for b in billed:
-        window = windows.get(b.sub.uid)
-        if window is None or not b.terms.bills_usage:
-            continue
-        for source in b.terms.sources:
-            if not source.namespace:
-                anywhere = window if anywhere is None else _widen(anywhere, window)
-            else:
-                old = per_namespace.get(source.namespace)
-                per_namespace[source.namespace] = window if old is None else _widen(old, window)
-    if not per_namespace and anywhere is None:
-        return []
-    stored = charge_inputs.usage_rows(
-        conn, cluster=cluster, namespace_windows=per_namespace, any_namespace_window=anywhere
-    )
-    books = store_allocations.pricebooks(conn, {s.pricebook_id for s in stored})
-    rates = {i: usage.Rates.from_micros(book.rates) for i, book in books.items()}
-    return [(usage.PricedRow(s.row, rates.get(s.pricebook_id)), s.currency) for s in stored]
-
-
-def _widen(
-    a: tuple[dt.datetime, dt.datetime], b: tuple[dt.datetime, dt.datetime]
-) -> tuple[dt.datetime, dt.datetime]:
-    return (min(a[0], b[0]), max(a[1], b[1]))
-
-
-def charge(
-    conn: psycopg.Connection[Any],
-    *,
+def _read(
+    conn: unit.Connection,
     cluster: str,
     scheduled: dt.datetime,
-    billed: Sequence[Billed],
-) -> LedgerResult:
-    """Write every charge row of this run and read back the sums the buckets need.
-
-    `conn` must be in autocommit mode: each `conn.transaction()` here is then a real
-    transaction (on a non-autocommit connection they would only be savepoints).
-    """
-    scheduled = plan.truncate_hour(scheduled)
-    uids = [b.sub.uid for b in billed]
+    billed: Sequence[charge_plan.Billed],
+) -> charge_plan.Inputs:
+    """Everything the plan needs: the allocation boundary, the watermarks, the version ids
+    (new versions are recorded first) and the priced allocation rows of the charged windows."""
     boundary = store_allocations.allocation_boundary(conn, cluster=cluster)
-    marks = store_charges.watermarks(conn, cluster=cluster, subscription_uids=uids)
-    offering_ids, subscription_ids = _versions(conn, cluster, billed)
-    windows: dict[str, tuple[dt.datetime, dt.datetime]] = {}
-    for b in billed:
-        window = charges.charge_window(b.terms, marks.get(b.sub.uid), scheduled)
-        if window is not None:
-            windows[b.sub.uid] = window
+    marks = store_charges.watermarks(
+        conn, cluster=cluster, subscription_uids=[b.sub.uid for b in billed]
+    )
+    offerings, subscriptions = charge_inputs.record_versions(
+        conn,
+        cluster=cluster,
+        offerings=charge_plan.offering_versions(billed),
+        subscriptions=charge_plan.subscription_versions(billed),
+    )
+    windows = charge_plan.windows(billed, marks, scheduled)
+    wanted = charge_plan.usage_windows(billed, windows)
+    priced = charge_inputs.priced_usage(
+        conn,
+        cluster=cluster,
+        namespace_windows=wanted.per_namespace,
+        any_namespace_window=wanted.anywhere,
+    )
+    return charge_plan.Inputs(
+        boundary=boundary,
+        windows=windows,
+        versions=charge_plan.version_ids(billed, offerings, subscriptions),
+        priced=priced,
+        fee_currency=charge_inputs.latest_currency(conn, cluster=cluster),
+    )
 
-    priced = _priced(conn, cluster, billed, windows)
-    hour_currency: dict[dt.datetime, str] = {}
-    for row, currency in priced:
-        hour_currency.setdefault(row.row.hour, currency)
-    index = _RowIndex(row for row, _ in priced)
-    fee_currency = charge_inputs.latest_currency(conn, cluster=cluster)
 
-    rows: list[store_charges.Charge] = []
-    for b in billed:
-        window = windows.get(b.sub.uid)
-        if window is None:
-            continue
-        candidates = index.for_terms(b.terms, window) if b.terms.bills_usage else []
-        for p in charges.plan_charges(b.terms, window, candidates, scheduled, boundary):
-            is_fee = p.source == usage.Meter.SUBSCRIPTION
-            rows.append(
-                store_charges.Charge(
-                    cluster=cluster,
-                    subscription_uid=b.sub.uid,
-                    hour=p.hour,
-                    source=p.source,
-                    quantity=p.quantity,
-                    unit_price_micros=p.unit_price_micros,
-                    amount_micros=p.amount_micros,
-                    currency=fee_currency if is_fee else hour_currency.get(p.hour, fee_currency),
-                    finalized=p.finalized,
-                    offering_version_id=offering_ids[b.sub.uid],
-                    subscription_version_id=subscription_ids[b.sub.uid],
-                )
-            )
-    with conn.transaction():
+def _write(
+    conn: unit.Connection,
+    cluster: str,
+    windows: Mapping[str, charge_plan.Window],
+    rows: Sequence[charge_plan.ChargeRow],
+) -> tuple[int, int]:
+    """Replace the charged windows' open rows by the planned ones, in one unit of work."""
+    with unit.begin(conn) as work:
         deleted = charge_inputs.delete_stale(
-            conn,
-            cluster=cluster,
-            windows=windows,
-            keep={(r.subscription_uid, r.hour, r.source) for r in rows},
+            conn, cluster=cluster, windows=windows, keep=charge_plan.keys(rows)
         )
         written = store_charges.upsert(conn, rows)
-
-    settled = read_settled(conn, cluster=cluster, scheduled=scheduled, uids=uids)
-    return LedgerResult(boundary, settled, written, deleted, len(priced))
+        work.commit()
+    return written, deleted
 
 
 def read_settled(
-    conn: psycopg.Connection[Any], *, cluster: str, scheduled: dt.datetime, uids: Sequence[str]
+    conn: unit.Connection, *, cluster: str, scheduled: dt.datetime, uids: Sequence[str]
 ) -> dict[str, list[buckets.Charge]]:
     """What the ledger holds for each Subscription's three buckets, fee rows included: on the
     `FromDB` path every `current` is this sum, never a recomputation."""
@@ -277,14 +129,38 @@ def read_settled(
     return {uid: charges.settled_charges(spans, [w.get(uid, {}) for w in sums]) for uid in uids}
 
 
+def charge(
+    conn: unit.Connection,
+    *,
+    cluster: str,
+    scheduled: dt.datetime,
+    billed: Sequence[charge_plan.Billed],
+) -> LedgerResult:
+    """Write every charge row of this run and read back the sums the buckets need.
+
+    `conn` must be in autocommit mode (as `unit.session` opens it), so each unit of work is
+    a real transaction.
+    """
+    scheduled = plan.truncate_hour(scheduled)
+    inputs = _read(conn, cluster, scheduled, billed)
+    rows = charge_plan.rows(cluster, billed, inputs, scheduled)
+    written, deleted = _write(conn, cluster, inputs.windows, rows)
+    settled = read_settled(
+        conn, cluster=cluster, scheduled=scheduled, uids=[b.sub.uid for b in billed]
+    )
+    return LedgerResult(inputs.boundary, settled, written, deleted, len(inputs.priced))
+
+
 def _ledger_pass(
-    env: Mapping[str, str], cluster: str, scheduled: dt.datetime, billed: Sequence[Billed]
+    env: Mapping[str, str],
+    cluster: str,
+    scheduled: dt.datetime,
+    billed: Sequence[charge_plan.Billed],
 ) -> LedgerResult:
     dsn = pool.dsn_from_env(env)
     timeouts = opencost_config.Timeouts.from_sources({}, env)
     seconds = max(1, int(timeouts.database_init.total_seconds()))
-    with pool.connect(dsn, autocommit=True, connect_timeout=seconds) as conn:
-        migrate.apply(conn)
+    with unit.session(dsn, connect_timeout=seconds) as conn:
         return charge(conn, cluster=cluster, scheduled=scheduled, billed=billed)
 
 
@@ -349,11 +225,40 @@ def _status_change(
     return change
 
 
+@dataclasses.dataclass
+class _Run:
+    """One run's fixed inputs and the report its phases fill in."""
+
+    client: AsyncClient
+    now: dt.datetime
+    scheduled: dt.datetime
+    report: RunReport
+
+
+@dataclasses.dataclass
+class _Listed:
+    """The listed Subscriptions this run handles: activated ones (billed), and deleted ones
+    that never activated but still carry our finalizer (released with nothing to bill)."""
+
+    activated: list[tuple[dict[str, Any], charges.SubscriptionState]]
+    never_activated: list[tuple[dict[str, Any], charges.SubscriptionState]]
+
+
+@dataclasses.dataclass
+class _Terms:
+    """What phase two read: each activated Subscription's terms, and the ones the ledger
+    pass charges (none when the namespace labels could not be read)."""
+
+    of: dict[str, charges.Terms]
+    billed: list[charge_plan.Billed]
+    labels_error: str = ""
+
+
 async def collect(
     client: AsyncClient,
     env: Mapping[str, str],
     now: dt.datetime,
-    ledger: Callable[[Sequence[Billed]], LedgerResult] | None = None,
+    ledger: Callable[[Sequence[charge_plan.Billed]], LedgerResult] | None = None,
     namespace: str = "*",
 ) -> RunReport:
     """One run against the API and the ledger; failures are recorded per Subscription.
@@ -363,52 +268,64 @@ async def collect(
     """
     cluster = pool.cluster_id(env)
     scheduled = plan.scheduled_hour(env.get("SCHEDULED_TIMESTAMP"), now)
-    report = RunReport(scheduled)
-    objects = await kube_subs.list_subscriptions(client, namespace)
+    charge_ledger = ledger or functools.partial(_ledger_pass, env, cluster, scheduled)
+    run = _Run(client, now, scheduled, RunReport(scheduled))
+    listed = _sort(await kube_subs.list_subscriptions(client, namespace), run)
+    terms = await _read_terms(run, listed.activated)
+    result = await _charge_ledger(run, listed.activated, terms, charge_ledger)
+    latest = await _write_costs(run, listed.activated, terms, result)
+    boundary = None if result is None else result.boundary
+    await _release_settled(run, listed.activated, terms, boundary, latest)
+    await _release_never_activated(run, listed.never_activated)
+    return run.report
 
-    states: list[tuple[dict[str, Any], charges.SubscriptionState]] = []
-    unbilled: list[tuple[dict[str, Any], charges.SubscriptionState]] = []
+
+def _sort(objects: Sequence[dict[str, Any]], run: _Run) -> _Listed:
+    """Phase 1: parse each listed Subscription; one that cannot be read is a failure."""
+    listed = _Listed([], [])
     for obj in objects:
         meta = obj.get("metadata") or {}
         try:
             state = charges.SubscriptionState.from_object(obj)
         except charges.TermsError as exc:
-            report.errors[f"{meta.get('namespace')}/{meta.get('name')}"] = str(exc)
+            run.report.errors[f"{meta.get('namespace')}/{meta.get('name')}"] = str(exc)
             continue
-        if state.activated_at is None:
+        if state.activated_at is not None:
+            listed.activated.append((obj, state))
+        elif state.deleting and charges.FINALIZER in state.finalizers:
             # Never activated: nothing to bill. Deleted, it still waits for this job (the only
             # one that removes our finalizer), which has no charges to settle for it.
-            if state.deleting and charges.FINALIZER in state.finalizers:
-                unbilled.append((obj, state))
-            continue
-        states.append((obj, state))
+            listed.never_activated.append((obj, state))
     log.info(
         "charging %d activated subscription(s) of %d up to %s",
-        len(states),
+        len(listed.activated),
         len(objects),
-        plan.rfc3339(scheduled),
+        plan.rfc3339(run.scheduled),
     )
+    return listed
 
-    refs = sorted({(s.offering_namespace, s.offering_name) for _, s in states})
+
+async def _read_terms(
+    run: _Run, activated: Sequence[tuple[dict[str, Any], charges.SubscriptionState]]
+) -> _Terms:
+    """Phase 2: read every referenced Offering once and the namespace labels, and build each
+    Subscription's terms; a missing Offering or bad terms hold only that Subscription."""
+    refs = sorted({(s.offering_namespace, s.offering_name) for _, s in activated})
     fetched = await _bounded_gather(
-        [functools.partial(kube_subs.get_offering, client, *ref) for ref in refs],
+        [functools.partial(kube_subs.get_offering, run.client, *ref) for ref in refs],
         KUBE_CONCURRENCY,
     )
     offerings = dict(zip(refs, fetched, strict=True))
-    labels: dict[str, dict[str, str]] | BaseException
+    out = _Terms({}, [])
+    labels: dict[str, dict[str, str]] = {}
     try:
-        labels = await kube_subs.namespace_labels(client)
+        labels = await kube_subs.namespace_labels(run.client)
     except Exception as exc:
-        labels = exc
-
-    billed: list[Billed] = []
-    latest: dict[str, Mapping[str, Any]] = {}
-    terms_of: dict[str, charges.Terms] = {}
-    for obj, state in states:
-        latest[state.uid] = obj
+        out.labels_error = f"cannot list namespaces: {_describe(exc)}"
+    for _, state in activated:
         offering = offerings[(state.offering_namespace, state.offering_name)]
         if isinstance(offering, BaseException):
-            report.errors[state.key] = (
+            run.report.errors[state.key] = (
                 f"cannot read Offering {state.offering_namespace}/{state.offering_name}: "
                 f"{_describe(offering)}"
             )
@@ -416,110 +333,149 @@ async def collect(
         try:
             terms = charges.terms_for(state, offering.get("spec") or {})
         except charges.TermsError as exc:
-            report.errors[state.key] = str(exc)
+            run.report.errors[state.key] = str(exc)
             continue
-        terms_of[state.uid] = terms
-        if isinstance(labels, BaseException):
-            continue
-        billed.append(Billed(state, terms, offering, labels.get(state.namespace, {})))
+        out.of[state.uid] = terms
+        if not out.labels_error:
+            namespace_labels = labels.get(state.namespace, {})
+            out.billed.append(charge_plan.Billed(state, terms, offering, namespace_labels))
+    return out
 
-    result: LedgerResult | None = None
+
+async def _charge_ledger(
+    run: _Run,
+    activated: Sequence[tuple[dict[str, Any], charges.SubscriptionState]],
+    terms: _Terms,
+    ledger: Callable[[Sequence[charge_plan.Billed]], LedgerResult],
+) -> LedgerResult | None:
+    """Phase 3: the ledger pass (in a worker thread). When it cannot run, every Subscription
+    with terms is failed and its buckets come from the fee calculator alone (None)."""
     try:
-        if isinstance(labels, BaseException):
-            raise RuntimeError(f"cannot list namespaces: {_describe(labels)}")
-        run_ledger = ledger or (lambda b: _ledger_pass(env, cluster, scheduled, b))
-        result = await asyncio.to_thread(run_ledger, billed)
-        report.ledger = result
-        report.charged = len(billed)
-        log.info(
-            "ledger: %d charge row(s) written, %d stale removed, %d allocation row(s) read, "
-            "allocation boundary %s",
-            result.rows_written,
-            result.rows_deleted,
-            result.allocation_rows,
-            "none" if result.boundary is None else plan.rfc3339(result.boundary),
-        )
+        if terms.labels_error:
+            raise RuntimeError(terms.labels_error)
+        result = await asyncio.to_thread(ledger, terms.billed)
     except Exception as exc:
         message = f"charge ledger unavailable: {_describe(exc)}"
         log.error("%s; writing fee-only costs from the calculator", message)
-        for state in (s for _, s in states if s.uid in terms_of):
-            report.errors.setdefault(state.key, message)
+        for _, state in activated:
+            if state.uid in terms.of:
+                run.report.errors.setdefault(state.key, message)
+        return None
+    run.report.ledger = result
+    run.report.charged = len(terms.billed)
+    log.info(
+        "ledger: %d charge row(s) written, %d stale removed, %d allocation row(s) read, "
+        "allocation boundary %s",
+        result.rows_written,
+        result.rows_deleted,
+        result.allocation_rows,
+        "none" if result.boundary is None else plan.rfc3339(result.boundary),
+    )
+    return result
 
-    # Status: every Subscription with readable terms gets its three buckets.
+
+async def _write_costs(
+    run: _Run,
+    activated: Sequence[tuple[dict[str, Any], charges.SubscriptionState]],
+    terms: _Terms,
+    result: LedgerResult | None,
+) -> dict[str, Mapping[str, Any]]:
+    """Phase 4: every Subscription with terms gets its three buckets and `CostsResolved`.
+    Returns the latest object seen per uid (as written, or as listed)."""
+    latest: dict[str, Mapping[str, Any]] = {state.uid: obj for obj, state in activated}
     writes: list[tuple[charges.SubscriptionState, Callable[[], Awaitable[Any]]]] = []
-    for obj, state in states:
-        if state.uid not in terms_of:
+    for obj, state in activated:
+        if state.uid not in terms.of:
             continue
         settled = None if result is None else result.settled.get(state.uid, [])
-        costs, reason = charges.costs(scheduled, terms_of[state.uid], settled)
-        change = _status_change(costs, reason, now)
-        writes.append((state, functools.partial(kube_subs.update_status, client, obj, change)))
-
+        costs, reason = charges.costs(run.scheduled, terms.of[state.uid], settled)
+        change = _status_change(costs, reason, run.now)
+        writes.append((state, functools.partial(kube_subs.update_status, run.client, obj, change)))
     outcomes = await _bounded_gather([w for _, w in writes], KUBE_CONCURRENCY)
     for (state, _), outcome in zip(writes, outcomes, strict=True):
         if isinstance(outcome, BaseException):
-            report.errors.setdefault(state.key, f"cannot write status: {_describe(outcome)}")
+            run.report.errors.setdefault(state.key, f"cannot write status: {_describe(outcome)}")
         elif outcome is not None:
             latest[state.uid] = outcome
-            report.statuses_written += 1
+            run.report.statuses_written += 1
+    return latest
 
-    # Finalizers: only this job releases a deleted Subscription.
-    boundary = None if result is None else result.boundary
-    for _, state in states:
+
+async def _release_settled(
+    run: _Run,
+    activated: Sequence[tuple[dict[str, Any], charges.SubscriptionState]],
+    terms: _Terms,
+    boundary: dt.datetime | None,
+    latest: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Phase 5: release deleted Subscriptions whose billing is settled (only this job does);
+    a fresh read on conflict must still allow it."""
+    for _, state in activated:
         decision = charges.finalizer_decision(
             state,
-            terms_of.get(state.uid),
-            scheduled,
+            terms.of.get(state.uid),
+            run.scheduled,
             boundary,
-            failed=state.key in report.errors,
+            failed=state.key in run.report.errors,
         )
         if decision is None:
             continue
         if decision is not charges.Release.RELEASE:
             log.info(decision.value, extra={"subscription": state.key})
-            report.held[state.key] = decision
+            run.report.held[state.key] = decision
             continue
-        terms = terms_of[state.uid]
+        allowed = functools.partial(_still_settled, terms.of[state.uid], run.scheduled, boundary)
+        await _release(run, latest[state.uid], state, allowed, decision.value)
 
-        def still_allowed(fresh: Mapping[str, Any], terms: charges.Terms = terms) -> bool:
-            again = charges.SubscriptionState.from_object(fresh)
-            same = again.deactivated_at == terms.deactivated_at and again.deleting
-            return same and (
-                charges.finalizer_decision(again, terms, scheduled, boundary, failed=False)
-                is charges.Release.RELEASE
-            )
 
-        try:
-            removed = await kube_subs.remove_finalizer(
-                client, latest[state.uid], charges.FINALIZER, still_allowed
-            )
-        except Exception as exc:
-            report.errors[state.key] = f"cannot remove finalizer: {_describe(exc)}"
-            log.error("cannot remove finalizer of %s: %s", state.key, report.errors[state.key])
-            continue
-        if removed:
-            log.info(decision.value, extra={"subscription": state.key})
-            report.released.append(state.key)
-    for obj, state in unbilled:
+def _still_settled(
+    terms: charges.Terms,
+    scheduled: dt.datetime,
+    boundary: dt.datetime | None,
+    fresh: Mapping[str, Any],
+) -> bool:
+    """The release decision, asked again of a freshly read Subscription."""
+    again = charges.SubscriptionState.from_object(fresh)
+    same = again.deactivated_at == terms.deactivated_at and again.deleting
+    return same and (
+        charges.finalizer_decision(again, terms, scheduled, boundary, failed=False)
+        is charges.Release.RELEASE
+    )
 
-        def never_billed(fresh: Mapping[str, Any]) -> bool:
-            again = charges.SubscriptionState.from_object(fresh)
-            return again.deleting and again.activated_at is None
 
-        try:
-            removed = await kube_subs.remove_finalizer(client, obj, charges.FINALIZER, never_billed)
-        except Exception as exc:
-            report.errors[state.key] = f"cannot remove finalizer: {_describe(exc)}"
-            log.error("cannot remove finalizer of %s: %s", state.key, report.errors[state.key])
-            continue
-        if removed:
-            log.info(
-                "%s (never activated, nothing to bill)",
-                charges.Release.RELEASE.value,
-                extra={"subscription": state.key},
-            )
-            report.released.append(state.key)
-    return report
+def _still_never_activated(fresh: Mapping[str, Any]) -> bool:
+    again = charges.SubscriptionState.from_object(fresh)
+    return again.deleting and again.activated_at is None
+
+
+async def _release_never_activated(
+    run: _Run, never_activated: Sequence[tuple[dict[str, Any], charges.SubscriptionState]]
+) -> None:
+    """Phase 6: deleted Subscriptions that never activated have nothing to settle."""
+    line = f"{charges.Release.RELEASE.value} (never activated, nothing to bill)"
+    for obj, state in never_activated:
+        await _release(run, obj, state, _still_never_activated, line)
+
+
+async def _release(
+    run: _Run,
+    obj: Mapping[str, Any],
+    state: charges.SubscriptionState,
+    still_allowed: Callable[[Mapping[str, Any]], bool],
+    line: str,
+) -> None:
+    """Take our finalizer off one Subscription; a failure is recorded against it."""
+    try:
+        removed = await kube_subs.remove_finalizer(
+            run.client, obj, charges.FINALIZER, still_allowed
+        )
+    except Exception as exc:
+        run.report.errors[state.key] = f"cannot remove finalizer: {_describe(exc)}"
+        log.error("cannot remove finalizer of %s: %s", state.key, run.report.errors[state.key])
+        return
+    if removed:
+        log.info(line, extra={"subscription": state.key})
+        run.report.released.append(state.key)
 
 
 async def run(

@@ -1,13 +1,15 @@
 """Set-based reads and writes of the charge collection run that the finished ledger modules lack.
 
-Every function is one statement for the whole run (never one per Subscription-hour), joins the
-caller's transaction and never commits:
+Every function is one statement (or a fixed few) for the whole run, never one per
+Subscription-hour; all but `record_versions` join the caller's transaction and never commit:
 - `usage_rows`: the allocation rows the usage meters need, for many namespace windows at once,
   at one aggregation level per hour (the finest present), with only the meter columns;
 - `known_*_versions` / `add_*_versions`: mirror ids of the versions already recorded, and
   the new ones inserted in one statement per table (the same rows `finops.store.mirror` writes);
 - `delete_stale`: non-finalized charge rows a recompute no longer produces;
-- `latest_currency`: the currency the cluster's ledger prices in, for fee rows.
+- `latest_currency`: the currency the cluster's ledger prices in, for fee rows;
+- `record_versions` (its own committed unit of work) and `priced_usage`: the two reads a
+  charge run makes before it plans, built from the ones above.
 
 Why not `allocations.read`: it returns every column of every aggregation for one window; a
 cluster collected at one `OPENCOST_AGGREGATE` must be billed from rows of that one level (the
@@ -23,8 +25,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from finops.billing import allocation
+from finops.billing import allocation, usage
 from finops.store import allocations as store_allocations
+from finops.store import unit
 
 # The finest aggregation of each hour: most dimensions, then by name (a stable tie-break).
 _FINEST = """
@@ -284,3 +287,53 @@ def add_subscription_versions(
             [Jsonb(dict(own)) for _, _, _, own in items],
         ),
     )
+
+
+def record_versions(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    offerings: Mapping[tuple[str, int], Mapping[str, Any]],
+    subscriptions: Mapping[
+        tuple[str, int],
+        tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, str], Mapping[str, str]],
+    ],
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    """Mirror ids of every `(uid, generation)` Offering and Subscription version given (a
+    Subscription as `(metadata, spec, namespace labels, its own labels)`), recording the new
+    ones first: one committed unit, one INSERT per table, whatever the number of versions."""
+    wanted_s = [(u, g, labels, own) for (u, g), (_, _, labels, own) in subscriptions.items()]
+    with unit.begin(conn) as work:
+        known_o = known_offering_versions(conn, cluster=cluster, versions=offerings)
+        known_s = known_subscription_versions(conn, cluster=cluster, versions=wanted_s)
+        missing_o = [o for key, o in offerings.items() if key not in known_o]
+        missing_s = [v for key, v in subscriptions.items() if key not in known_s]
+        if missing_o or missing_s:
+            add_offering_versions(conn, cluster=cluster, versions=missing_o)
+            add_subscription_versions(conn, cluster=cluster, versions=missing_s)
+            known_o = known_offering_versions(conn, cluster=cluster, versions=offerings)
+            known_s = known_subscription_versions(conn, cluster=cluster, versions=wanted_s)
+        work.commit()
+    return known_o, known_s
+
+
+def priced_usage(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    namespace_windows: Mapping[str, tuple[dt.datetime, dt.datetime]],
+    any_namespace_window: tuple[dt.datetime, dt.datetime] | None,
+) -> list[tuple[usage.PricedRow, str]]:
+    """`usage_rows` with the rates of the PriceBook each row was collected under, and its
+    currency: one query for the rows, one for their PriceBooks."""
+    if not namespace_windows and any_namespace_window is None:
+        return []
+    stored = usage_rows(
+        conn,
+        cluster=cluster,
+        namespace_windows=namespace_windows,
+        any_namespace_window=any_namespace_window,
+    )
+    books = store_allocations.pricebooks(conn, {s.pricebook_id for s in stored})
+    rates = {i: usage.Rates.from_micros(book.rates) for i, book in books.items()}
+    return [(usage.PricedRow(s.row, rates.get(s.pricebook_id)), s.currency) for s in stored]

@@ -8,13 +8,13 @@ rewritten and may be promoted to finalized. Functions run in the caller's transa
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Collection, Iterable
-from decimal import Decimal
 from typing import Any
 
 import psycopg
+
+from finops.collection import charge_plan
 
 SOURCES = ("subscription", "cpuHour", "gpuHour", "ramGbHour", "pvGbHour", "networkGb")
 """Charge sources: the recurring fee, then the five usage meters (same names as the API)."""
@@ -48,21 +48,8 @@ _TYPES = (
 _KEY = ("cluster", "subscription_uid", "hour", "source")
 
 
-@dataclasses.dataclass(frozen=True)
-class Charge:
-    """One row of `subscription_charges`; money in integer micros, quantity exact."""
-
-    cluster: str
-    subscription_uid: str
-    hour: dt.datetime
-    source: str
-    quantity: Decimal
-    unit_price_micros: int
-    amount_micros: int
-    currency: str
-    finalized: bool
-    offering_version_id: int
-    subscription_version_id: int
+Charge = charge_plan.ChargeRow
+"""One row of `subscription_charges` (defined with the pure charge plan that assembles it)."""
 
 
 def upsert(conn: psycopg.Connection[Any], charges: Iterable[Charge]) -> int:

@@ -1,0 +1,262 @@
+"""The ledger pass of a charge run as pure decisions: which hours each Subscription is charged,
+which allocation rows that needs, and the exact charge rows to write.
+
+`finops.jobs.charges` reads the ledger, hands what it read to these functions and writes what
+they return, so the run reads as read → decide → write and every choice made in between (row
+index, window widening and union, the currency of a row, row assembly) is tested here without
+a database. Per-Subscription rules (windows, fee and usage rows, finality) stay in
+`finops.collection.charges`; this module applies them to a whole run at once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, TypeAlias
+
+from finops.billing import usage
+from finops.collection import charges
+
+Window: TypeAlias = tuple[dt.datetime, dt.datetime]
+VersionKey: TypeAlias = tuple[str, int]
+RowKey: TypeAlias = tuple[str, dt.datetime, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Billed:
+    """An activated Subscription whose terms could be read: what the ledger pass charges."""
+
+    sub: charges.SubscriptionState
+    terms: charges.Terms
+    offering: Mapping[str, Any]
+    namespace_labels: Mapping[str, str]
+
+    @property
+    def offering_version(self) -> VersionKey:
+        """The Offering version (uid, generation) that prices this Subscription."""
+        meta: Mapping[str, Any] = self.offering.get("metadata") or {}
+        return (str(meta.get("uid", "")), int(meta.get("generation") or 0))
+
+    @property
+    def subscription_version(self) -> VersionKey:
+        return (self.sub.uid, self.sub.generation)
+
+    def subscription_metadata(self) -> dict[str, Any]:
+        """The metadata a Subscription version row records."""
+        return {
+            "uid": self.sub.uid,
+            "namespace": self.sub.namespace,
+            "name": self.sub.name,
+            "generation": self.sub.generation,
+            "resourceVersion": self.sub.resource_version,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ChargeRow:
+    """One row of `subscription_charges`; money in integer micros, quantity exact."""
+
+    cluster: str
+    subscription_uid: str
+    hour: dt.datetime
+    source: str
+    quantity: Decimal
+    unit_price_micros: int
+    amount_micros: int
+    currency: str
+    finalized: bool
+    offering_version_id: int
+    subscription_version_id: int
+
+
+# ---------------------------------------------------------------- versions
+
+
+def offering_versions(billed: Iterable[Billed]) -> dict[VersionKey, Mapping[str, Any]]:
+    """Each distinct Offering version of the run, with the object that defines it."""
+    return {b.offering_version: b.offering for b in billed}
+
+
+def subscription_versions(
+    billed: Iterable[Billed],
+) -> dict[
+    VersionKey, tuple[dict[str, Any], Mapping[str, Any], Mapping[str, str], Mapping[str, str]]
+]:
+    """Each distinct Subscription version of the run as the row that records it:
+    (metadata, spec, namespace labels, the Subscription's own labels)."""
+    return {
+        b.subscription_version: (
+            b.subscription_metadata(),
+            b.sub.spec,
+            b.namespace_labels,
+            b.sub.labels,
+        )
+        for b in billed
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionIds:
+    """Mirror ids per Subscription uid: the Offering and Subscription versions that price it."""
+
+    offering: Mapping[str, int]
+    subscription: Mapping[str, int]
+
+
+def version_ids(
+    billed: Iterable[Billed],
+    offerings: Mapping[VersionKey, int],
+    subscriptions: Mapping[VersionKey, int],
+) -> VersionIds:
+    """Map the recorded version ids back to each Subscription of the run."""
+    items = list(billed)
+    return VersionIds(
+        offering={b.sub.uid: offerings[b.offering_version] for b in items},
+        subscription={b.sub.uid: subscriptions[b.subscription_version] for b in items},
+    )
+
+
+# ---------------------------------------------------------------- windows
+
+
+def windows(
+    billed: Iterable[Billed], marks: Mapping[str, dt.datetime], scheduled: dt.datetime
+) -> dict[str, Window]:
+    """The hours each Subscription is charged this run, by uid (absent: nothing to charge)."""
+    out: dict[str, Window] = {}
+    for b in billed:
+        window = charges.charge_window(b.terms, marks.get(b.sub.uid), scheduled)
+        if window is not None:
+            out[b.sub.uid] = window
+    return out
+
+
+def widen(a: Window, b: Window) -> Window:
+    """The smallest window holding both."""
+    return (min(a[0], b[0]), max(a[1], b[1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class UsageWindows:
+    """What to read of the allocation rows: a window per namespace a usage source names, and
+    one window over every namespace for sources that name none."""
+
+    per_namespace: Mapping[str, Window]
+    anywhere: Window | None
+
+    @property
+    def empty(self) -> bool:
+        return not self.per_namespace and self.anywhere is None
+
+
+def usage_windows(billed: Iterable[Billed], charged: Mapping[str, Window]) -> UsageWindows:
+    """The union (as one widened window per namespace) of the usage-billing Subscriptions'
+    windows, so a single query reads every allocation row the run can price."""
+    per_namespace: dict[str, Window] = {}
+    anywhere: Window | None = None
+    for b in billed:
+        window = charged.get(b.sub.uid)
+        if window is None or not b.terms.bills_usage:
+            continue
+        for source in b.terms.sources:
+            if not source.namespace:
+                anywhere = window if anywhere is None else widen(anywhere, window)
+            else:
+                old = per_namespace.get(source.namespace)
+                per_namespace[source.namespace] = window if old is None else widen(old, window)
+    return UsageWindows(per_namespace, anywhere)
+
+
+# ---------------------------------------------------------------- rows
+
+
+class RowIndex:
+    """Priced allocation rows by namespace, sorted by hour, for per-Subscription windows."""
+
+    def __init__(self, rows: Iterable[usage.PricedRow]) -> None:
+        self.by_namespace: dict[str, list[usage.PricedRow]] = collections.defaultdict(list)
+        self.all: list[usage.PricedRow] = []
+        for priced in rows:
+            self.by_namespace[priced.row.namespace].append(priced)
+            self.all.append(priced)
+        for bucket in (*self.by_namespace.values(), self.all):
+            bucket.sort(key=lambda p: p.row.hour)
+
+    @staticmethod
+    def _slice(rows: list[usage.PricedRow], window: Window) -> list[usage.PricedRow]:
+        lo = bisect.bisect_left(rows, window[0], key=lambda p: p.row.hour)
+        hi = bisect.bisect_left(rows, window[1], key=lambda p: p.row.hour)
+        return rows[lo:hi]
+
+    def for_terms(self, terms: charges.Terms, window: Window) -> list[usage.PricedRow]:
+        """Rows a Subscription's sources could select in its window (each row once)."""
+        if any(not s.namespace for s in terms.sources):
+            return self._slice(self.all, window)
+        out: list[usage.PricedRow] = []
+        for namespace in sorted({s.namespace for s in terms.sources}):
+            out.extend(self._slice(self.by_namespace.get(namespace, []), window))
+        return out
+
+
+def hour_currencies(priced: Iterable[tuple[usage.PricedRow, str]]) -> dict[dt.datetime, str]:
+    """The currency of each hour's usage: that of the first row collected in it."""
+    out: dict[dt.datetime, str] = {}
+    for row, currency in priced:
+        out.setdefault(row.row.hour, currency)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """Everything the ledger pass read before deciding."""
+
+    boundary: dt.datetime | None
+    windows: Mapping[str, Window]
+    versions: VersionIds
+    priced: Sequence[tuple[usage.PricedRow, str]]
+    fee_currency: str
+
+
+def rows(
+    cluster: str, billed: Iterable[Billed], inputs: Inputs, scheduled: dt.datetime
+) -> list[ChargeRow]:
+    """Every charge row of the run: fee rows price in the ledger's latest currency, usage
+    rows in the currency their hour was collected under (the fee's when none was)."""
+    index = RowIndex(row for row, _ in inputs.priced)
+    currencies = hour_currencies(inputs.priced)
+    out: list[ChargeRow] = []
+    for b in billed:
+        window = inputs.windows.get(b.sub.uid)
+        if window is None:
+            continue
+        candidates = index.for_terms(b.terms, window) if b.terms.bills_usage else []
+        for p in charges.plan_charges(b.terms, window, candidates, scheduled, inputs.boundary):
+            is_fee = p.source == usage.Meter.SUBSCRIPTION
+            currency = inputs.fee_currency
+            if not is_fee:
+                currency = currencies.get(p.hour, inputs.fee_currency)
+            out.append(
+                ChargeRow(
+                    cluster=cluster,
+                    subscription_uid=b.sub.uid,
+                    hour=p.hour,
+                    source=p.source,
+                    quantity=p.quantity,
+                    unit_price_micros=p.unit_price_micros,
+                    amount_micros=p.amount_micros,
+                    currency=currency,
+                    finalized=p.finalized,
+                    offering_version_id=inputs.versions.offering[b.sub.uid],
+                    subscription_version_id=inputs.versions.subscription[b.sub.uid],
+                )
+            )
+    return out
+
+
+def keys(planned: Iterable[ChargeRow]) -> set[RowKey]:
+    """`(uid, hour, source)` of each planned row: what a recompute keeps in its windows."""
+    return {(r.subscription_uid, r.hour, r.source) for r in planned}
