@@ -1,9 +1,10 @@
 """`--mode=cronjob`: pull one pinned hour (plus lookback) of OpenCost allocations into the ledger.
 
-A run is a checklist: read the CostJob, pin the hour, pick the rate source, fetch every hour
-from OpenCost, write all hours in one transaction, finalize stragglers, then record the outcome
-on the CostJob. Any failure before the commit writes no row at all; the run still records a
-`Failed` execution and exits non-zero so Kubernetes retries the Job for the same pinned hour.
+A run is a checklist (`collect`): read the CostJob, pin the hour, elect the rate source, open
+the ledger, pick the hours, fetch every hour from OpenCost, write all hours in one unit of
+work, finalize stragglers, then record the outcome on the CostJob. Any failure before the
+commit writes no row at all; the run still records a `Failed` execution and exits non-zero so
+Kubernetes retries the Job for the same pinned hour.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from finops.opencost import client as opencost_client
 from finops.opencost import config as opencost_config
 from finops.pricing import election
 from finops.store import allocations as store_allocations
-from finops.store import migrate, pool
+from finops.store import migrate, pool, unit
 
 log = logging.getLogger("finops.jobs.allocations")
 
@@ -71,12 +72,60 @@ async def _bounded(what: str, limit: dt.timedelta, field: str, coro: Any) -> Any
         ) from exc
 
 
-def _rates(book: Mapping[str, Any]) -> dict[str, int]:
-    meta = book.get("metadata") or {}
-    try:
-        return dict(money.parse_rates((book.get("spec") or {}).get("rates")))
-    except money.RateParseError as exc:
-        raise RunFailed(f"PriceBook {meta.get('namespace')}/{meta.get('name')}: {exc}") from exc
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """What a run is configured with: the CostJob's spec over the environment."""
+
+    cluster: str
+    scheduled: dt.datetime
+    lookback: int
+    timeouts: opencost_config.Timeouts
+    opencost: opencost_config.OpenCostConfig
+    dsn: str
+
+    @classmethod
+    def of(cls, env: Mapping[str, str], now: dt.datetime, costjob: Mapping[str, Any]) -> _Settings:
+        spec: Mapping[str, Any] = costjob.get("spec") or {}
+        return cls(
+            cluster=pool.cluster_id(env),
+            scheduled=plan.scheduled_hour(env.get("SCHEDULED_TIMESTAMP"), now),
+            lookback=plan.lookback_hours(env.get("HOURS_LOOKBACK")),
+            timeouts=opencost_config.Timeouts.from_sources(spec, env),
+            opencost=opencost_config.OpenCostConfig.from_sources(spec, env),
+            dsn=env["POSTGRES_CONNECTION_STRING"],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Book:
+    """The elected PriceBook as the ledger records it."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    currency: str
+    rates: Mapping[str, int]
+
+    @classmethod
+    def of(cls, book: Mapping[str, Any]) -> _Book:
+        meta: Mapping[str, Any] = book.get("metadata") or {}
+        spec: Mapping[str, Any] = book.get("spec") or {}
+        try:
+            rates = dict(money.parse_rates(spec.get("rates")))
+        except money.RateParseError as exc:
+            raise RunFailed(f"PriceBook {meta.get('namespace')}/{meta.get('name')}: {exc}") from exc
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            generation=int(meta.get("generation") or 0),
+            currency=str(spec.get("currency", "")),
+            rates=rates,
+        )
+
+
+Fetched = list[tuple[plan.HourWork, list[allocation.AllocationRow]]]
 
 
 async def collect(
@@ -86,97 +135,14 @@ async def collect(
     costjob: Mapping[str, Any],
 ) -> RunResult:
     """Everything between reading the CostJob and recording the outcome; raises on failure."""
-    spec: Mapping[str, Any] = costjob.get("spec") or {}
-    timeouts = opencost_config.Timeouts.from_sources(spec, env)
-    oc_config = opencost_config.OpenCostConfig.from_sources(spec, env)
-    cluster = pool.cluster_id(env)
-    scheduled = plan.scheduled_hour(env.get("SCHEDULED_TIMESTAMP"), now)
-    lookback = plan.lookback_hours(env.get("HOURS_LOOKBACK"))
-
-    books = await _bounded(
-        "listing PriceBooks",
-        timeouts.kubernetes_operation,
-        "kubernetesOperationTimeout",
-        costjobs.list_pricebooks(kube),
-    )
-    source = election.rate_source(books)
-    if source.book is None:
-        raise RunFailed(f"cannot price allocations: {source.problem}")
-    book = source.book
-    rates = _rates(book)
-    meta = book.get("metadata") or {}
-    currency = str((book.get("spec") or {}).get("currency", ""))
-
-    dsn = env["POSTGRES_CONNECTION_STRING"]
-    init_seconds = max(1, int(timeouts.database_init.total_seconds()))
-    conn = await _bounded(
-        "connecting to PostgreSQL",
-        timeouts.database_init,
-        "databaseInitTimeout",
-        asyncio.to_thread(pool.connect, dsn, autocommit=True, connect_timeout=init_seconds),
-    )
-    try:  # autocommit: every `conn.transaction()` below is a real, committed transaction
-        await asyncio.to_thread(migrate.apply, conn)
-        done = await asyncio.to_thread(
-            store_allocations.finalized_hours,
-            conn,
-            cluster=cluster,
-            start=scheduled - plan.HOUR * lookback,
-            end=scheduled,
-        )
-        work = plan.hours_to_collect(scheduled, lookback, done)
-        log.info(
-            "collecting %d hour(s) up to %s (lookback %d, %d already final) priced by "
-            "PriceBook %s/%s",
-            len(work),
-            plan.rfc3339(scheduled),
-            lookback,
-            len(done),
-            meta.get("namespace"),
-            meta.get("name"),
-        )
-        fetched: list[tuple[plan.HourWork, list[allocation.AllocationRow]]] = []
-        fetch_seconds = 0.0
-        async with opencost_client.OpenCostClient(oc_config) as oc:
-            for hour in work:
-                fetch_started = time.monotonic()
-                rows = await opencost_client.fetch_hour(oc, hour.start, cluster=cluster)
-                took = time.monotonic() - fetch_started
-                fetch_seconds += took
-                log.info(
-                    "hour %s: %d allocation rows fetched in %.1fs",
-                    plan.rfc3339(hour.start),
-                    len(rows),
-                    took,
-                )
-                fetched.append((hour, rows))
-
-        def write() -> tuple[int, int]:
-            with conn.transaction():
-                book_id = store_allocations.ensure_pricebook(
-                    conn,
-                    cluster=cluster,
-                    namespace=str(meta.get("namespace", "")),
-                    name=str(meta.get("name", "")),
-                    uid=str(meta.get("uid", "")),
-                    currency=currency,
-                    rates=rates,
-                    generation=int(meta.get("generation") or 0),
-                )
-                written = sum(
-                    store_allocations.ingest(
-                        conn,
-                        rows,
-                        pricebook_id=book_id,
-                        currency=currency,
-                        finalized=hour.finalized,
-                    )
-                    for hour, rows in fetched
-                )
-            return book_id, written
-
+    settings = _Settings.of(env, now, costjob)
+    book = await _elect_book(kube, settings)
+    conn = await _open_ledger(settings)
+    try:
+        work = await asyncio.to_thread(_hours_to_collect, conn, settings, book)
+        fetched, fetch_seconds = await _fetch(settings, work)
         write_started = time.monotonic()
-        book_id, written = await asyncio.to_thread(write)
+        book_id, written = await asyncio.to_thread(_write, conn, settings, book, fetched)
         write_seconds = time.monotonic() - write_started
         log.info(
             "wrote %d hour(s) in one transaction: %d row(s) changed in %.1fs",
@@ -184,20 +150,124 @@ async def collect(
             written,
             write_seconds,
         )
-
-        def finalize() -> int:
-            with conn.transaction():
-                return store_allocations.finalize_before(conn, cluster=cluster, before=scheduled)
-
         stragglers = await _bounded(
             "finalizing earlier allocation rows",
-            timeouts.database_insert,
+            settings.timeouts.database_insert,
             "databaseInsertTimeout",
-            asyncio.to_thread(finalize),
+            asyncio.to_thread(_finalize, conn, settings),
         )
     finally:
         await asyncio.to_thread(conn.close)
-    return RunResult(scheduled, work, written, stragglers, book_id, fetch_seconds, write_seconds)
+    return RunResult(
+        settings.scheduled, work, written, stragglers, book_id, fetch_seconds, write_seconds
+    )
+
+
+async def _elect_book(kube: AsyncClient, settings: _Settings) -> _Book:
+    """The rate source: the cluster's active PriceBook, or a clear failure."""
+    books = await _bounded(
+        "listing PriceBooks",
+        settings.timeouts.kubernetes_operation,
+        "kubernetesOperationTimeout",
+        costjobs.list_pricebooks(kube),
+    )
+    source = election.rate_source(books)
+    if source.book is None:
+        raise RunFailed(f"cannot price allocations: {source.problem}")
+    return _Book.of(source.book)
+
+
+async def _open_ledger(settings: _Settings) -> unit.Connection:
+    """An autocommit session (each unit of work below is a real transaction), migrated."""
+    init_seconds = max(1, int(settings.timeouts.database_init.total_seconds()))
+    conn: unit.Connection = await _bounded(
+        "connecting to PostgreSQL",
+        settings.timeouts.database_init,
+        "databaseInitTimeout",
+        asyncio.to_thread(unit.connect, settings.dsn, connect_timeout=init_seconds),
+    )
+    try:
+        await asyncio.to_thread(migrate.apply, conn)
+    except BaseException:
+        await asyncio.to_thread(conn.close)
+        raise
+    return conn
+
+
+def _hours_to_collect(
+    conn: unit.Connection, settings: _Settings, book: _Book
+) -> list[plan.HourWork]:
+    """The lookback hours not yet final, then the scheduled hour."""
+    scheduled, lookback = settings.scheduled, settings.lookback
+    done = store_allocations.finalized_hours(
+        conn, cluster=settings.cluster, start=scheduled - plan.HOUR * lookback, end=scheduled
+    )
+    work = plan.hours_to_collect(scheduled, lookback, done)
+    log.info(
+        "collecting %d hour(s) up to %s (lookback %d, %d already final) priced by PriceBook %s/%s",
+        len(work),
+        plan.rfc3339(scheduled),
+        lookback,
+        len(done),
+        book.namespace,
+        book.name,
+    )
+    return work
+
+
+async def _fetch(settings: _Settings, work: list[plan.HourWork]) -> tuple[Fetched, float]:
+    """Every hour's allocations from OpenCost, oldest first; and the seconds it took."""
+    fetched: Fetched = []
+    fetch_seconds = 0.0
+    async with opencost_client.OpenCostClient(settings.opencost) as oc:
+        for hour in work:
+            started = time.monotonic()
+            rows = await opencost_client.fetch_hour(oc, hour.start, cluster=settings.cluster)
+            took = time.monotonic() - started
+            fetch_seconds += took
+            log.info(
+                "hour %s: %d allocation rows fetched in %.1fs",
+                plan.rfc3339(hour.start),
+                len(rows),
+                took,
+            )
+            fetched.append((hour, rows))
+    return fetched, fetch_seconds
+
+
+def _write(
+    conn: unit.Connection, settings: _Settings, book: _Book, fetched: Fetched
+) -> tuple[int, int]:
+    """All fetched hours and the PriceBook that prices them, in one unit of work."""
+    with unit.begin(conn) as work:
+        book_id = store_allocations.ensure_pricebook(
+            conn,
+            cluster=settings.cluster,
+            namespace=book.namespace,
+            name=book.name,
+            uid=book.uid,
+            currency=book.currency,
+            rates=book.rates,
+            generation=book.generation,
+        )
+        written = sum(
+            store_allocations.ingest(
+                conn, rows, pricebook_id=book_id, currency=book.currency, finalized=hour.finalized
+            )
+            for hour, rows in fetched
+        )
+        work.commit()
+    return book_id, written
+
+
+def _finalize(conn: unit.Connection, settings: _Settings) -> int:
+    """Rows of earlier hours still open become final, in their own unit of work."""
+    with unit.begin(conn) as work:
+        count = store_allocations.finalize_before(
+            conn, cluster=settings.cluster, before=settings.scheduled
+        )
+        work.commit()
+    return count
 
 
 async def run(
