@@ -225,12 +225,11 @@ class Manager:
 
 
 def migrate_database(dsn: str) -> list[int]:
-    """Apply pending SQL migrations under the store's advisory lock."""
-    import psycopg
+    """Apply pending SQL migrations under the store's advisory lock (a failure to connect is
+    reported without the password)."""
+    from finops.store import migrate, unit
 
-    from finops.store import migrate
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with unit.connect(dsn) as conn:
         return [m.version for m in migrate.apply(conn)]
 
 

@@ -14,12 +14,10 @@ import asyncio
 import hashlib
 import json
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import prometheus_client
-import psycopg
 
 from finops.controller import metrics
 from finops.store import mirror, pool
@@ -72,26 +70,17 @@ class Mirror:
     def __init__(self, dsn: str, cluster: str) -> None:
         self.dsn = dsn
         self.cluster = cluster
-        self._conn: psycopg.Connection[Any] | None = None
-        self._lock = threading.Lock()
+        self._session = pool.Session(dsn, connect_timeout=5)
         self._seen: set[tuple[str, ...]] = set()
 
-    def _call(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        with self._lock:
-            try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = pool.connect(self.dsn, autocommit=True, connect_timeout=5)
-                return fn(self._conn)
-            except pool.LedgerConnectionError as exc:
-                raise MirrorError(str(exc)) from None
-            except psycopg.Error as exc:
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = None
-                raise MirrorError(pool.redact(str(exc).strip(), self.dsn)) from None
+    def _call(self, fn: Callable[[pool.Connection], T]) -> T:
+        try:
+            return self._session.run(fn)
+        except pool.LedgerError as exc:
+            raise MirrorError(str(exc)) from None
 
     async def _write(
-        self, kind: str, version: tuple[str, ...], fn: Callable[[psycopg.Connection[Any]], int]
+        self, kind: str, version: tuple[str, ...], fn: Callable[[pool.Connection], int]
     ) -> bool:
         """True when a row was upserted now, False when this version was already mirrored."""
         if version in self._seen:
@@ -108,7 +97,7 @@ class Mirror:
     async def offering(self, obj: Mapping[str, Any]) -> bool:
         meta = _meta(obj)
 
-        def write(conn: psycopg.Connection[Any]) -> int:
+        def write(conn: pool.Connection) -> int:
             return mirror.upsert_offering_version(
                 conn,
                 cluster=self.cluster,
@@ -125,7 +114,7 @@ class Mirror:
     async def subscription(self, obj: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
         meta = _meta(obj)
 
-        def write(conn: psycopg.Connection[Any]) -> int:
+        def write(conn: pool.Connection) -> int:
             return mirror.upsert_subscription_version(
                 conn,
                 cluster=self.cluster,
@@ -142,10 +131,7 @@ class Mirror:
         return await self._write("Subscription", subscription_version(obj, labels), write)
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._session.close()
 
 
 class Backoff:

@@ -18,8 +18,6 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-import psycopg
-import psycopg_pool
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -145,7 +143,7 @@ _REFUSALS = {
 
 def _focus_handler(
     settings: Settings,
-    ledger: Callable[[], psycopg_pool.ConnectionPool[Any]],
+    ledger: Callable[[], pool.Pool],
     authorizer: Authorizer,
 ) -> Callable[[Request], Awaitable[Response]]:
     """FOCUS rows of one namespace (`/namespaces/{ns}/focus`) or of all (`/focus`), streamed;
@@ -170,7 +168,7 @@ def _focus_handler(
         )
         try:
             head = await run_in_threadpool(next, body)
-        except (focus_export.LedgerReadError, psycopg_pool.PoolTimeout) as exc:
+        except (focus_export.LedgerReadError, pool.PoolTimeout) as exc:
             reason = pool.redact(str(exc).strip() or type(exc).__name__, settings.dsn)
             log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), reason)
             return _error(503, "the ledger is unavailable")
@@ -186,13 +184,13 @@ def _focus_handler(
 
 def build(
     settings: Settings,
-    ledger: Callable[[], psycopg_pool.ConnectionPool[Any]],
+    ledger: Callable[[], pool.Pool],
     authorizer: Authorizer,
 ) -> Starlette:
     """The ASGI app; `ledger` returns the open pool (opened by the lifespan in `main`)."""
 
     async def guarded(
-        request: Request, query: Callable[[psycopg.Connection[Any], dt.datetime, dt.datetime], Any]
+        request: Request, query: Callable[[pool.Connection, dt.datetime, dt.datetime], Any]
     ) -> JSONResponse:
         namespace = request.path_params["namespace"]
         verdict = await authorizer.check(request.headers.get("authorization"), namespace)
@@ -204,14 +202,12 @@ def build(
             return _error(400, str(exc))
 
         def run() -> Any:
-            with ledger().connection() as conn:
-                return query(conn, start, end)
+            return pool.read(ledger(), settings.dsn, lambda conn: query(conn, start, end))
 
         try:
             body = await run_in_threadpool(run)
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            reason = pool.redact(str(exc).strip() or type(exc).__name__, settings.dsn)
-            log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), reason)
+        except pool.LedgerUnavailable as exc:
+            log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), exc)
             return _error(503, "the ledger is unavailable")
         return JSONResponse({"from": _rfc3339(start), "to": _rfc3339(end), **body})
 
@@ -221,7 +217,7 @@ def build(
     async def charges(request: Request) -> JSONResponse:
         namespace, name = request.path_params["namespace"], request.path_params["name"]
 
-        def query(conn: psycopg.Connection[Any], start: dt.datetime, end: dt.datetime) -> Any:
+        def query(conn: pool.Connection, start: dt.datetime, end: dt.datetime) -> Any:
             rows = reads.subscription_charges(
                 conn, cluster=settings.cluster, namespace=namespace, name=name, start=start, end=end
             )
@@ -245,7 +241,7 @@ def build(
     async def costs(request: Request) -> JSONResponse:
         namespace = request.path_params["namespace"]
 
-        def query(conn: psycopg.Connection[Any], start: dt.datetime, end: dt.datetime) -> Any:
+        def query(conn: pool.Connection, start: dt.datetime, end: dt.datetime) -> Any:
             rows = reads.namespace_costs(
                 conn, cluster=settings.cluster, namespace=namespace, start=start, end=end
             )

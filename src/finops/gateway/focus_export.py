@@ -10,12 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
-
-import psycopg_pool
 
 from finops.billing import focus
 from finops.store import focus as focus_store
+from finops.store import pool
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +36,7 @@ def filename(namespace: str | None, start: dt.datetime, end: dt.datetime, fmt: s
 
 
 def stream(
-    ledger: Callable[[], psycopg_pool.ConnectionPool[Any]],
+    ledger: Callable[[], pool.Pool],
     *,
     cluster: str,
     namespace: str | None,

@@ -23,6 +23,8 @@ from finops.store import migrate
 
 Connection: TypeAlias = psycopg.Connection[Any]
 Pool: TypeAlias = psycopg_pool.ConnectionPool[Any]
+PoolTimeout = psycopg_pool.PoolTimeout
+"""No pooled connection came free in time (callers catch it without importing the driver)."""
 T = TypeVar("T")
 
 DSN_ENV = "POSTGRES_CONNECTION_STRING"
