@@ -1,0 +1,78 @@
+"""The package's shape is enforced: the import contracts fail when a forbidden import is added."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+LINT_IMPORTS = pathlib.Path(sys.executable).with_name("lint-imports")
+
+
+@pytest.fixture(scope="module")
+def source_copy(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A copy of `src/finops` and the contracts, linted in place of the installed package."""
+    root = tmp_path_factory.mktemp("layers")
+    shutil.copytree(
+        ROOT / "src" / "finops",
+        root / "src" / "finops",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def lint(root: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def with_import(
+    root: pathlib.Path, into: pathlib.Path, module: str, statement: str
+) -> pathlib.Path:
+    """A copy of `root` in `into` whose `module` (a path under src/finops) gains `statement`."""
+    changed = into / "copy"
+    shutil.copytree(root, changed)
+    path = changed / "src" / "finops" / module
+    path.write_text(path.read_text() + f"\n{statement}  # injected by the test\n")
+    return changed
+
+
+def test_the_package_as_it_is_keeps_every_contract(source_copy: pathlib.Path) -> None:
+    done = lint(source_copy)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Contracts: 5 kept, 0 broken." in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "statement", "contract"),
+    [
+        ("jobs/charges.py", "import psycopg", "Only the store talks to PostgreSQL"),
+        ("gateway/app.py", "import psycopg_pool", "Only the store talks to PostgreSQL"),
+        ("kube/status.py", "from finops.store import pool", "The edges do not import each other"),
+        ("billing/money.py", "from finops.hierarchy import refs", "Layers: processes > edges"),
+        ("api/models.py", "from finops.billing import money", "Layers: processes > edges"),
+        ("store/pool.py", "from finops.jobs import charges", "Layers: processes > edges"),
+        ("jobs/charges.py", "from finops.devenv import tls", "does not import the dev environment"),
+        ("pricing/resolve.py", "import httpx", "The pure core does no I/O"),
+    ],
+)
+def test_a_forbidden_import_breaks_the_build(
+    source_copy: pathlib.Path, tmp_path: pathlib.Path, module: str, statement: str, contract: str
+) -> None:
+    done = lint(with_import(source_copy, tmp_path, module, statement))
+    assert done.returncode != 0
+    broken = done.stdout.split("Broken contracts", 1)[-1]
+    assert contract in broken, done.stdout
