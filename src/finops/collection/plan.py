@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 HOUR = dt.timedelta(hours=1)
@@ -107,3 +107,13 @@ def status_after_run(status: Mapping[str, Any] | None, record: ExecutionRecord) 
     if record.succeeded:
         out["lastSuccessfulExecutionTime"] = entry["executionTime"]
     return out
+
+
+def record_change(record: ExecutionRecord) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """A status change for the CostJob object as read: its status with this run recorded."""
+
+    def change(costjob: Mapping[str, Any]) -> dict[str, Any]:
+        current: Mapping[str, Any] = costjob.get("status") or {}
+        return {**current, **status_after_run(current, record)}
+
+    return change

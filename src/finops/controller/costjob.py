@@ -28,7 +28,7 @@ import lightkube
 from finops.api import conditions
 from finops.controller import config, costjob_schedule
 from finops.kube import client as kube_client
-from finops.kube import events, resources
+from finops.kube import events, resources, status
 
 log = logging.getLogger(__name__)
 
@@ -363,19 +363,12 @@ class Reconciler:
         )
 
     async def _write_condition(self, costjob: dict[str, Any], cond: conditions.Condition) -> None:
-        current = dict(costjob.get("status") or {})
-        conds = conditions.set_condition(
-            current.get("conditions"),
-            cond,
-            generation=costjob["metadata"].get("generation"),
-            now=dt.datetime.now(dt.UTC),
-        )
-        if conds == current.get("conditions"):
-            return
-        await kube_client.merge_patch(
+        meta = costjob["metadata"]
+        await status.apply(
             self.client,
-            resources.CostJob.Status,
-            costjob["metadata"]["name"],
-            {"status": {"conditions": conds}},
-            namespace=costjob["metadata"]["namespace"],
+            resources.CostJob,
+            meta["name"],
+            [status.set_condition(cond, dt.datetime.now(dt.UTC))],
+            namespace=meta["namespace"],
+            observed=costjob,
         )

@@ -27,7 +27,7 @@ import lightkube
 from finops.api import conditions
 from finops.controller import config, opencost_restart
 from finops.kube import client as kube_client
-from finops.kube import events, resources
+from finops.kube import events, resources, status
 
 log = logging.getLogger(__name__)
 
@@ -169,20 +169,26 @@ class Reconciler:
 
     async def _write_status(self, provider: dict[str, Any], cond: conditions.Condition) -> None:
         now = dt.datetime.now(dt.UTC)
-        current = provider.get("status") or {}
-        generation = provider["metadata"].get("generation")
-        status: dict[str, Any] = {
-            "conditions": conditions.set_condition(
-                current.get("conditions"), cond, generation=generation, now=now
-            ),
-        }
-        if cond.status == "True":  # a failed pass leaves the last successful sync's time
-            status["lastSyncTime"] = conditions.rfc3339(now)
-        if generation is not None:
-            status["observedGeneration"] = generation
-        await kube_client.merge_patch(
+        await status.apply(
             self.client,
-            resources.FinOpsProvider.Status,
+            resources.FinOpsProvider,
             provider["metadata"]["name"],
-            {"status": status},
+            [status.set_condition(cond, now), synced(now, succeeded=cond.status == "True")],
+            observed=provider,
         )
+
+
+def synced(now: dt.datetime, *, succeeded: bool) -> status.Change:
+    """`observedGeneration` is the generation just handled; `lastSyncTime` moves to now only
+    when the pass succeeded (a failed pass leaves the last successful sync's time)."""
+
+    def change(provider: Mapping[str, Any]) -> Mapping[str, Any]:
+        out = status.status_of(provider)
+        if succeeded:
+            out["lastSyncTime"] = conditions.rfc3339(now)
+        generation = (provider.get("metadata") or {}).get("generation")
+        if generation is not None:
+            out["observedGeneration"] = generation
+        return out
+
+    return change

@@ -23,7 +23,7 @@ from finops.api import conditions
 from finops.billing import money
 from finops.controller import config, opencost_restart
 from finops.kube import client as kube_client
-from finops.kube import events, resources
+from finops.kube import events, resources, status
 from finops.pricing import election, opencost_document
 
 log = logging.getLogger(__name__)
@@ -139,12 +139,8 @@ def plan(books: Iterable[Mapping[str, Any]], now: dt.datetime) -> Plan:
     return Plan(winner, plans, document)
 
 
-def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge-patch `status` body: desired keys, and null for keys that must disappear."""
-    body: dict[str, Any] = dict(desired)
-    for gone in set(current or {}) - set(desired):
-        body[gone] = None
-    return body
+status_patch = status.patch_body
+"""The merge-patch `status` body `status.write` sends: changed keys, null for dropped ones."""
 
 
 class Reconciler:
@@ -173,13 +169,7 @@ class Reconciler:
             if not bp.changed:
                 continue
             book = by_key[(bp.namespace, bp.name)]
-            body = {
-                "metadata": {"resourceVersion": book["metadata"]["resourceVersion"]},
-                "status": status_patch(book.get("status"), bp.status),
-            }
-            await kube_client.merge_patch(
-                self.client, resources.PriceBook.Status, bp.name, body, namespace=bp.namespace
-            )
+            await status.write(self.client, resources.PriceBook, book, bp.status)
             for type_, reason, message in bp.events:
                 await events.record(self.client, book, type_, reason, message)
         if decided.document is None or decided.winner is None:

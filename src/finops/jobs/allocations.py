@@ -23,7 +23,7 @@ from lightkube.core.exceptions import ApiError
 
 from finops.billing import allocation, money
 from finops.collection import durations, plan
-from finops.kube import costjobs
+from finops.kube import costjobs, resources, status
 from finops.opencost import client as opencost_client
 from finops.opencost import config as opencost_config
 from finops.pricing import election
@@ -297,44 +297,68 @@ async def run(
         except RunFailed as exc:
             log.error("%s", exc)
             return 1
-        error = ""
-        try:
-            result = await collect(client, env, started_at, costjob)
-            log.info(
-                "run succeeded: %d row(s) written, %d straggler row(s) finalized",
-                result.rows_written,
-                result.finalized_stragglers,
-            )
-        except (RunFailed, ValueError, pool.LedgerConnectionError) as exc:
-            error = str(exc)
-        except Exception as exc:  # every failure becomes a record, not a traceback only
-            log.exception("allocation run failed")
-            error = f"{type(exc).__name__}: {exc}"
-        if error:
-            log.error("run failed: %s", error)
+        error = await _attempt(client, env, started_at, costjob)
         record = plan.ExecutionRecord(
             execution_time=started_at,
             succeeded=not error,
             duration=durations.format_seconds(dt.timedelta(seconds=time.monotonic() - started)),
             error=error,
         )
-        spec = costjob.get("spec") or {}
-        try:
-            await _bounded(
-                "writing the execution record",
-                opencost_config.Timeouts.from_sources(spec, env).status_update,
-                "statusUpdateTimeout",
-                costjobs.update_costjob_status(
-                    client, namespace, name, lambda status: plan.status_after_run(status, record)
-                ),
-            )
-        except (ApiError, RunFailed) as exc:
-            log.error("cannot record the outcome on CostJob %s/%s: %s", namespace, name, exc)
-            return 1
-        return 1 if error else 0
+        recorded = await _record(client, env, costjob, record)
+        return 1 if error or not recorded else 0
     finally:
         if kube is None:
             await client.close()
+
+
+async def _attempt(
+    client: AsyncClient, env: Mapping[str, str], started_at: dt.datetime, costjob: dict[str, Any]
+) -> str:
+    """Run `collect`; the failure as the execution record's text ('' on success)."""
+    try:
+        result = await collect(client, env, started_at, costjob)
+    except (RunFailed, ValueError, pool.LedgerConnectionError) as exc:
+        error = str(exc)
+    except Exception as exc:  # every failure becomes a record, not a traceback only
+        log.exception("allocation run failed")
+        error = f"{type(exc).__name__}: {exc}"
+    else:
+        log.info(
+            "run succeeded: %d row(s) written, %d straggler row(s) finalized",
+            result.rows_written,
+            result.finalized_stragglers,
+        )
+        return ""
+    log.error("run failed: %s", error)
+    return error
+
+
+async def _record(
+    client: AsyncClient,
+    env: Mapping[str, str],
+    costjob: Mapping[str, Any],
+    record: plan.ExecutionRecord,
+) -> bool:
+    """Prepend the record to the CostJob's history; False (logged) when that failed."""
+    meta: Mapping[str, Any] = costjob.get("metadata") or {}
+    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    spec: Mapping[str, Any] = costjob.get("spec") or {}
+    try:
+        done = await _bounded(
+            "writing the execution record",
+            opencost_config.Timeouts.from_sources(spec, env).status_update,
+            "statusUpdateTimeout",
+            status.apply(
+                client, resources.CostJob, name, [plan.record_change(record)], namespace=namespace
+            ),
+        )
+    except (ApiError, RunFailed) as exc:
+        log.error("cannot record the outcome on CostJob %s/%s: %s", namespace, name, exc)
+        return False
+    if done.obj is None:
+        log.error("cannot record the outcome on CostJob %s/%s: it is gone", namespace, name)
+        return False
+    return True
 
 
 def main() -> int:

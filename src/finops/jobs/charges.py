@@ -31,7 +31,7 @@ from lightkube.core.exceptions import ApiError
 from finops.api import conditions
 from finops.billing import buckets
 from finops.collection import charge_plan, charges, durations, plan
-from finops.kube import costjobs
+from finops.kube import resources, status
 from finops.kube import subscriptions as kube_subs
 from finops.opencost import config as opencost_config
 from finops.store import allocations as store_allocations
@@ -201,28 +201,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _status_change(
+def _costs_changes(
     costs: list[dict[str, Any]], reason: charges.CostsReason, now: dt.datetime
-) -> Callable[[Mapping[str, Any]], Mapping[str, Any] | None]:
-    """The status patch for fresh buckets and `CostsResolved`; None when nothing changes."""
-
-    def change(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        status: Mapping[str, Any] = obj.get("status") or {}
-        generation = (obj.get("metadata") or {}).get("generation")
-        new = conditions.Condition(
-            charges.COSTS_RESOLVED, "True", reason.value, charges.COSTS_MESSAGES[reason]
-        )
-        conds = conditions.set_condition(
-            status.get("conditions"),
-            new,
-            generation=int(generation) if generation is not None else None,
-            now=now,
-        )
-        if status.get("costs") == costs and status.get("conditions") == conds:
-            return None
-        return {"costs": costs, "conditions": conds}
-
-    return change
+) -> list[status.Change]:
+    """Fresh buckets and `CostsResolved` (nothing is written when both are as they were)."""
+    resolved = conditions.Condition(
+        charges.COSTS_RESOLVED, "True", reason.value, charges.COSTS_MESSAGES[reason]
+    )
+    return [status.set_fields({"costs": costs}), status.set_condition(resolved, now)]
 
 
 @dataclasses.dataclass
@@ -383,20 +369,28 @@ async def _write_costs(
     """Phase 4: every Subscription with terms gets its three buckets and `CostsResolved`.
     Returns the latest object seen per uid (as written, or as listed)."""
     latest: dict[str, Mapping[str, Any]] = {state.uid: obj for obj, state in activated}
-    writes: list[tuple[charges.SubscriptionState, Callable[[], Awaitable[Any]]]] = []
+    writes: list[tuple[charges.SubscriptionState, Callable[[], Awaitable[status.Applied]]]] = []
     for obj, state in activated:
         if state.uid not in terms.of:
             continue
         settled = None if result is None else result.settled.get(state.uid, [])
         costs, reason = charges.costs(run.scheduled, terms.of[state.uid], settled)
-        change = _status_change(costs, reason, run.now)
-        writes.append((state, functools.partial(kube_subs.update_status, run.client, obj, change)))
+        write = functools.partial(
+            status.apply,
+            run.client,
+            resources.Subscription,
+            state.name,
+            _costs_changes(costs, reason, run.now),
+            namespace=state.namespace,
+            observed=obj,
+        )
+        writes.append((state, write))
     outcomes = await _bounded_gather([w for _, w in writes], KUBE_CONCURRENCY)
     for (state, _), outcome in zip(writes, outcomes, strict=True):
         if isinstance(outcome, BaseException):
             run.report.errors.setdefault(state.key, f"cannot write status: {_describe(outcome)}")
-        elif outcome is not None:
-            latest[state.uid] = outcome
+        elif outcome.written and outcome.obj is not None:
+            latest[state.uid] = outcome.obj
             run.report.statuses_written += 1
     return latest
 
@@ -539,11 +533,14 @@ async def _record(
         error=error,
     )
     try:
-        await costjobs.update_costjob_status(
-            client, namespace, name, lambda status: plan.status_after_run(status, record)
+        done = await status.apply(
+            client, resources.CostJob, name, [plan.record_change(record)], namespace=namespace
         )
     except ApiError as exc:
         log.error("cannot record the outcome on CostJob %s/%s: %s", namespace, name, _describe(exc))
+        return False
+    if done.obj is None:
+        log.error("cannot record the outcome on CostJob %s/%s: it is gone", namespace, name)
         return False
     return True
 

@@ -1,18 +1,33 @@
-"""Status written as one merge patch per pass, guarded by `resourceVersion`.
+"""The one way status is written: small pure changes applied to a read, as one merge patch
+guarded by `resourceVersion`, skipped when nothing changed, retried on conflict.
 
-Only top-level status keys that changed are sent (a key that must disappear is sent as null),
-so fields owned by someone else, such as the charge job's `status.costs`, travel only as the
-precondition says they were. A stale read fails with 409 instead of overwriting newer state.
+A change is a pure function from the object as read to its whole status after the change
+(`set_fields`, `replace`, or the caller's own). `apply` runs the changes in order on the
+object, sends only the top-level status keys that differ (a dropped key as null), so fields
+owned by someone else, such as the charge job's `status.costs`, travel only as the
+precondition says they were. A 409 re-reads the object and recomputes the changes from the
+fresh read, up to `attempts` times; a reconciler whose Events were decided from the object it
+observed passes `attempts=1` and requeues instead, so its whole decision is made again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightkube
 
+from finops.api import conditions
 from finops.kube import client as kube_client
+
+log = logging.getLogger(__name__)
+
+Change = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+"""The object as read → its whole status after the change (the object is not modified)."""
 
 
 def patch_body(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
@@ -26,18 +41,115 @@ def patch_body(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) ->
     return body
 
 
+def status_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the object's status (empty when it has none)."""
+    return dict(obj.get("status") or {})
+
+
+def replace(desired: Mapping[str, Any]) -> Change:
+    """The status becomes `desired` (a reconciler's pure plan of the whole status)."""
+    return lambda _obj: desired
+
+
+def set_fields(fields: Mapping[str, Any]) -> Change:
+    """The given top-level status fields take these values; the others stay."""
+    return lambda obj: {**status_of(obj), **fields}
+
+
+def set_condition(condition: conditions.Condition, now: dt.datetime) -> Change:
+    """`condition` set in `status.conditions` for the object's generation (its transition
+    time moves only when its status does)."""
+
+    def change(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        status = status_of(obj)
+        generation = (obj.get("metadata") or {}).get("generation")
+        status["conditions"] = conditions.set_condition(
+            status.get("conditions"),
+            condition,
+            generation=int(generation) if generation is not None else None,
+            now=now,
+        )
+        return status
+
+    return change
+
+
+@dataclasses.dataclass(frozen=True)
+class Applied:
+    """What `apply` did: the object as written (or as read when nothing changed; None when it
+    is gone) and whether a patch was sent."""
+
+    obj: dict[str, Any] | None
+    written: bool
+
+
+def _after(obj: Mapping[str, Any], changes: Sequence[Change]) -> dict[str, Any]:
+    status = status_of(obj)
+    for change in changes:
+        status = dict(change({**obj, "status": status}))
+    return status
+
+
+async def apply(
+    client: lightkube.AsyncClient,
+    res: Any,
+    name: str,
+    changes: Sequence[Change],
+    *,
+    namespace: str | None = None,
+    observed: Mapping[str, Any] | None = None,
+    attempts: int = 5,
+) -> Applied:
+    """Apply `changes` to the status of `res` `namespace/name`.
+
+    The first attempt uses `observed` (the object as just read) when given, else a fresh GET;
+    every retry after a 409 reads the object again.
+    """
+    current: Mapping[str, Any] | None = observed
+    for attempt in range(attempts):
+        if current is None:
+            current = await kube_client.get_or_none(client, res, name, namespace)
+            if current is None:
+                return Applied(None, False)
+        before, after = status_of(current), _after(current, changes)
+        if after == before:
+            return Applied(dict(current), False)
+        meta: Mapping[str, Any] = current.get("metadata") or {}
+        body = {
+            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "status": patch_body(before, after),
+        }
+        try:
+            written = await kube_client.merge_patch(
+                client, res.Status, name, body, namespace=namespace
+            )
+            return Applied(written, True)
+        except lightkube.ApiError as exc:
+            if kube_client.status_code(exc) != 409 or attempt == attempts - 1:
+                raise
+        where = name if namespace is None else f"{namespace}/{name}"
+        log.info("%s %s changed while writing status; retrying", res.__name__, where)
+        await asyncio.sleep(0.05 * (attempt + 1))
+        current = None
+    raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+
 async def write(
     client: lightkube.AsyncClient,
     res: Any,
     obj: Mapping[str, Any],
     desired: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Patch `res.Status` of the namespaced `obj` to `desired`; returns the object as written."""
+    """A reconciler's whole planned status for the namespaced `obj` it observed; a conflict
+    raises (409) so the reconciler requeues and decides again. Returns the object after."""
     meta: Mapping[str, Any] = obj.get("metadata") or {}
-    body = {
-        "metadata": {"resourceVersion": meta.get("resourceVersion")},
-        "status": patch_body(obj.get("status"), desired),
-    }
-    return await kube_client.merge_patch(
-        client, res.Status, str(meta.get("name")), body, namespace=str(meta.get("namespace"))
+    done = await apply(
+        client,
+        res,
+        str(meta.get("name")),
+        [replace(desired)],
+        namespace=str(meta.get("namespace")),
+        observed=obj,
+        attempts=1,
     )
+    return done.obj if done.obj is not None else dict(obj)

@@ -1,9 +1,10 @@
-"""The Kubernetes calls of the charge collection job: list Subscriptions, read Offerings and
-namespace labels, write `status.costs`, and take the finalizer off a settled Subscription.
+"""The Kubernetes reads of the charge collection job (Subscriptions, Offerings, namespace
+labels) and the finalizer release of a settled Subscription (its `status.costs` goes through
+`finops.kube.status` like every status write).
 
-Both writes are guarded by `resourceVersion`, so a write computed from a stale read fails
-(409, or 422 for a failed JSON-patch test) instead of overwriting the controller's work; the
-caller's `change` is recomputed from a fresh read on each retry.
+The release is a JSON patch that tests `resourceVersion` and the entry, so a release decided
+from a stale read fails (409, or 422 for a failed test) instead of removing a finalizer the
+fresh object should keep; on retry the caller's `still_allowed` is asked of the fresh read.
 """
 
 from __future__ import annotations
@@ -60,49 +61,6 @@ async def namespace_labels(client: AsyncClient) -> dict[str, dict[str, str]]:
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta: Mapping[str, Any] = obj.get("metadata") or {}
     return meta
-
-
-async def update_status(
-    client: AsyncClient,
-    subscription: Mapping[str, Any],
-    change: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
-    attempts: int = 5,
-) -> dict[str, Any] | None:
-    """Merge-patch `change(object)` into the Subscription's status, guarded by resourceVersion.
-
-    The first attempt uses the object as listed; a conflict re-reads it and recomputes.
-    `change` returns None when nothing needs writing. Returns the object as written, or None
-    when nothing was written (unchanged, or the object is gone).
-    """
-    current: Mapping[str, Any] | None = subscription
-    meta = _meta(subscription)
-    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-    for attempt in range(attempts):
-        if current is None:
-            return None
-        status = change(current)
-        if status is None:
-            return None
-        patch = {
-            "metadata": {"resourceVersion": _meta(current).get("resourceVersion")},
-            "status": dict(status),
-        }
-        try:
-            written = await client.patch(
-                resources.Subscription.Status,
-                name,
-                patch,
-                namespace=namespace,
-                patch_type=PatchType.MERGE,
-            )
-            return kube_client.to_dict(written)
-        except ApiError as exc:
-            if exc.status.code != 409 or attempt == attempts - 1:
-                raise
-        log.info("Subscription %s/%s changed while writing status; retrying", namespace, name)
-        await asyncio.sleep(0.05 * (attempt + 1))
-        current = await get_subscription(client, namespace, name)
-    return None  # pragma: no cover - the loop returns or raises
 
 
 async def remove_finalizer(
