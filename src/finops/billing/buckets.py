@@ -18,19 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import enum
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from finops.api import models
 from finops.billing import fees, money, ticks, usage
 
-
-class Granularity(enum.StrEnum):
-    """A bucket's span, as `status.costs[].granularity` names it."""
-
-    HOUR = "hour"
-    DAY = "day"
-    MONTH = "month"
+Granularity = models.Granularity
+"""A bucket's span, as `status.costs[].granularity` names it."""
 
 
 class SettledCharge(Protocol):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import enum
 import re
+
+from finops.api import models
 
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -31,13 +32,8 @@ PERIOD_MISMATCH_MESSAGE = (
 )
 
 
-class TickAlignment(enum.StrEnum):
-    """The grid tick boundaries sit on (`spec.pricing.subscriptionFee.tickAlignment`)."""
-
-    ACTIVATED_AT = "ActivatedAt"
-    HOUR_BOUNDARY = "HourBoundary"
-    DAY_BOUNDARY = "DayBoundary"
-    MONTH_BOUNDARY = "MonthBoundary"
+TickAlignment = models.TickAlignment
+"""The grid tick boundaries sit on (`spec.pricing.subscriptionFee.tickAlignment`)."""
 
 
 class PeriodError(ValueError):

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from finops.api import models
 from finops.billing import allocation, money, sources, ticks
 
 GIB = 2**30
@@ -38,15 +38,8 @@ MICROSECONDS_PER_HOUR = 3_600_000_000
 ONE_MICROSECOND = dt.timedelta(microseconds=1)
 
 
-class Meter(enum.StrEnum):
-    """Meter names (the API's `MeterName` enum); `subscription` is the recurring fee."""
-
-    SUBSCRIPTION = "subscription"
-    CPU_HOUR = "cpuHour"
-    GPU_HOUR = "gpuHour"
-    RAM_GB_HOUR = "ramGbHour"
-    PV_GB_HOUR = "pvGbHour"
-    NETWORK_GB = "networkGb"
+Meter = models.MeterName
+"""Meter names (the API's `MeterName`); `subscription` is the recurring fee."""
 
 
 # Meters that have a usage calculator, in the order charges and breakdowns list them.

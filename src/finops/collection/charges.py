@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from finops.api import reasons
 from finops.billing import buckets, fees, sources, ticks, usage
 
 FINALIZER = "subscriptions.finops.stakater.com/finalizer"
@@ -277,14 +278,8 @@ def plan_charges(
 # ---------------------------------------------------------------- status.costs
 
 
-class CostsReason(enum.StrEnum):
-    """`CostsResolved` reasons: where a bucket's `current` came from."""
-
-    FROM_DB = "FromDB"
-    FROM_CALCULATOR = "FromCalculator"
-
-
-COSTS_RESOLVED = "CostsResolved"
+CostsReason = reasons.CostsReason
+COSTS_RESOLVED = reasons.ConditionType.COSTS_RESOLVED
 COSTS_MESSAGES: dict[CostsReason, str] = {
     CostsReason.FROM_DB: "status.costs aggregated from the charge rows in PostgreSQL",
     CostsReason.FROM_CALCULATOR: (

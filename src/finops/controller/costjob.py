@@ -25,7 +25,7 @@ from typing import Any
 
 import lightkube
 
-from finops.api import conditions
+from finops.api import conditions, reasons, timeouts
 from finops.controller import config, costjob_schedule
 from finops.kube import client as kube_client
 from finops.kube import events, resources, status
@@ -36,21 +36,14 @@ CONTROLLER = "costjob-controller"
 KIND = "CostJob"
 CONTAINER = "loader"
 DSN_KEY = "POSTGRES_CONNECTION_STRING"
-SCHEDULED = "Scheduled"
+SCHEDULED = reasons.ConditionType.SCHEDULED
 MODES = {"ResourceCostCollection": "cronjob", "SubscriptionChargeCollection": "collectionjob"}
 COSTJOB_LABEL = "finops.stakater.com/costjob"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "finops-operator"
 
 # Timeout fields copied onto the pod when set (databaseViewsRefreshTimeout does nothing).
-TIMEOUTS: tuple[tuple[str, str], ...] = (
-    ("databaseInitTimeout", "DATABASE_INIT_TIMEOUT"),
-    ("kubernetesOperationTimeout", "K8S_OPERATION_TIMEOUT"),
-    ("openCostFetchTimeout", "OPENCOST_FETCH_TIMEOUT"),
-    ("databaseInsertTimeout", "DATABASE_INSERT_TIMEOUT"),
-    ("statusUpdateTimeout", "STATUS_UPDATE_TIMEOUT"),
-    ("httpClientTimeout", "HTTP_CLIENT_TIMEOUT"),
-)
+TIMEOUTS: tuple[tuple[str, str], ...] = tuple((t.spec_field, t.env_var) for t in timeouts.TABLE)
 
 SCHEDULED_TIMESTAMP_ANNOTATION = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 
@@ -240,13 +233,16 @@ def scheduled_condition(
     """Why the CostJob is, or is not, scheduled."""
     if allowed:
         return conditions.Condition(
-            SCHEDULED, "True", "CronJobReady", "The CronJob and its DSN Secret are in place"
+            SCHEDULED,
+            "True",
+            reasons.CostJobReason.CRON_JOB_READY,
+            "The CronJob and its DSN Secret are in place",
         )
     allowed_list = ", ".join(sorted(settings.costjob_allowed_namespaces)) or "none"
     return conditions.Condition(
         SCHEDULED,
         "False",
-        "NamespaceNotAllowed",
+        reasons.CostJobReason.NAMESPACE_NOT_ALLOWED,
         f"Namespace {namespace!r} may not hold the database Secret (COSTJOB_ALLOWED_NAMESPACES: "
         f"{allowed_list}); no CronJob is scheduled. Create the CostJob in an allowed namespace.",
     )
@@ -343,7 +339,7 @@ class Reconciler:
                 self.client,
                 costjob,
                 events.NORMAL,
-                "CronJobCreated",
+                reasons.EventReason.CRON_JOB_CREATED,
                 f"Created CronJob {meta['name']} with schedule {desired['spec']['schedule']!r}",
             )
             return
@@ -358,7 +354,7 @@ class Reconciler:
             self.client,
             costjob,
             events.NORMAL,
-            "CronJobUpdated",
+            reasons.EventReason.CRON_JOB_UPDATED,
             f"Updated CronJob {meta['name']} (schedule {desired['spec']['schedule']!r})",
         )
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import lightkube
 
-from finops.api import conditions
+from finops.api import conditions, reasons
 from finops.controller import config, opencost_restart
 from finops.kube import client as kube_client
 from finops.kube import events, resources, status
@@ -32,13 +32,13 @@ from finops.kube import events, resources, status
 log = logging.getLogger(__name__)
 
 CONTROLLER = "finopsprovider-controller"
-READY = "Ready"
+READY = reasons.ConditionType.READY
 CLOUD_BLOCKS = (("awsoptions", "aws"), ("gcpoptions", "gcp"), ("azureoptions", "azure"))
 
-APPLIED = "ProviderApplied"
-BYO = "BringYourOwnOpenCost"
-NO_VALID_OPTION = "NoValidProviderOption"
-PATCH_FAILED = "OpenCostPatchFailed"
+APPLIED = reasons.ProviderReason.PROVIDER_APPLIED
+BYO = reasons.ProviderReason.BRING_YOUR_OWN_OPENCOST
+NO_VALID_OPTION = reasons.ProviderReason.NO_VALID_PROVIDER_OPTION
+PATCH_FAILED = reasons.ProviderReason.OPENCOST_PATCH_FAILED
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -159,7 +159,7 @@ class Reconciler:
                 self.client,
                 provider,
                 events.NORMAL,
-                "OpenCostRestarted",
+                reasons.EventReason.OPENCOST_RESTARTED,
                 f"Applied the {branch.name} provider to OpenCost {', '.join(changed)}; "
                 "restarted OpenCost",
             )

@@ -19,7 +19,7 @@ from typing import Any
 
 import lightkube
 
-from finops.api import conditions
+from finops.api import conditions, reasons
 from finops.billing import money
 from finops.controller import config, opencost_restart
 from finops.kube import client as kube_client
@@ -32,8 +32,9 @@ CONTROLLER = "pricebook-controller"
 KEY = ("PriceBook", "", "*")
 """The single work-queue key: every PriceBook event enqueues the whole election."""
 
-READY = "Ready"
-ACTIVE = "Active"
+READY = reasons.ConditionType.READY
+ACTIVE = reasons.ConditionType.ACTIVE
+R = reasons.PriceBookReason
 MANAGED_BY = {"app.kubernetes.io/managed-by": "finops-operator"}
 
 
@@ -42,13 +43,13 @@ def readiness(book: Mapping[str, Any]) -> conditions.Condition:
     spec = book.get("spec") or {}
     if spec.get("valuationMode") != "currency":
         return conditions.Condition(
-            READY, "True", "ValidationSucceeded", "Not a currency book: no rates to parse"
+            READY, "True", R.VALIDATION_SUCCEEDED, "Not a currency book: no rates to parse"
         )
     try:
         money.parse_rates(spec.get("rates"))
     except money.RateParseError as exc:
-        return conditions.Condition(READY, "False", "PricebookParseFailed", str(exc))
-    return conditions.Condition(READY, "True", "ValidationSucceeded", "Every rate parsed")
+        return conditions.Condition(READY, "False", R.PRICEBOOK_PARSE_FAILED, str(exc))
+    return conditions.Condition(READY, "True", R.VALIDATION_SUCCEEDED, "Every rate parsed")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,13 +105,13 @@ def plan_book(
                 else "Holds the active slot, but its rates do not parse; "
                 "OpenCost keeps the last good document"
             )
-            change = conditions.Condition(ACTIVE, "True", "Activated", message)
-            found.append((events.NORMAL, "Activated", message))
+            change = conditions.Condition(ACTIVE, "True", R.ACTIVATED, message)
+            found.append((events.NORMAL, R.ACTIVATED, message))
         else:
             holder = f"{winner[0]}/{winner[1]}" if winner else "no book"
             message = f"Demoted: PriceBook {holder} holds the active slot"
-            change = conditions.Condition(ACTIVE, "False", "Demoted", message)
-            found.append((events.NORMAL, "Demoted", message))
+            change = conditions.Condition(ACTIVE, "False", R.DEMOTED, message)
+            found.append((events.NORMAL, R.DEMOTED, message))
         conds = conditions.set_condition(conds, change, generation=generation, now=now)
     status["conditions"] = conds
     status["ready"] = ready.status
@@ -185,7 +186,7 @@ class Reconciler:
                     self.client,
                     winner_book,
                     events.NORMAL,
-                    "OpenCostRestarted",
+                    reasons.EventReason.OPENCOST_RESTARTED,
                     f"Pricing document changed; restarted deployment "
                     f"{self.settings.opencost_namespace}/{self.settings.opencost_deployment_name}",
                 )

@@ -16,8 +16,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from finops.api.reasons import Reason
 from finops.hierarchy import offerings, refs, subscriptions
-from finops.hierarchy.reasons import Reason
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from finops.api import conditions
+from finops.api.reasons import ConditionType, EventReason, EventType, Reason
 from finops.hierarchy import refs
-from finops.hierarchy.reasons import ConditionType, EventType, Reason
 from finops.pricing import resolve
 
 FINALIZER = "offerings.finops.stakater.com/finalizer"
@@ -339,7 +339,9 @@ def plan(
             or (before.get("reason"), before.get("message"))
             != (guard.condition.reason, guard.condition.message)
         ):
-            events.append(refs.Event(EventType.WARNING, "DeletionBlocked", guard.condition.message))
+            events.append(
+                refs.Event(EventType.WARNING, EventReason.DELETION_BLOCKED, guard.condition.message)
+            )
         conds = conditions.set_condition(conds, guard.condition, generation=generation, now=now)
     status["conditions"] = conds
     return OfferingPlan(status, status != dict(current), found, release, tuple(events))

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from finops.api import conditions, models
+from finops.api.reasons import ConditionType, EventReason, EventType, Reason
 from finops.hierarchy import family, offerings, refs
-from finops.hierarchy.reasons import ConditionType, EventType, Reason
 
 FINALIZER = "subscriptions.finops.stakater.com/finalizer"
 DEACTIVATE = "Deactivate"
@@ -362,7 +362,7 @@ class _Writer:
         )
         self.condition(ConditionType.ACTIVE, "False", reason, message)
         kind = EventType.NORMAL if reason is Reason.MARKED_FOR_DELETION else EventType.WARNING
-        self.events.append(refs.Event(kind, "Deactivated", f"{reason}: {message}"))
+        self.events.append(refs.Event(kind, EventReason.DEACTIVATED, f"{reason}: {message}"))
 
     def waiting_for_collection(self) -> None:
         self.condition(
@@ -449,11 +449,13 @@ def plan(
     activated = not family.is_activated(sub)
     if activated:
         out.status["activatedAt"] = refs.timestamp(now)
-        out.events.append(refs.Event(EventType.NORMAL, "Activated", "all activation gates passed"))
+        out.events.append(
+            refs.Event(EventType.NORMAL, EventReason.ACTIVATED, "all activation gates passed")
+        )
     if verdict.orphaned:
         reason, message = Reason.ORPHANED, f"{verdict.orphaned}; kept active as an orphan"
         if out.condition_reason(ConditionType.ACTIVE) != Reason.ORPHANED:
-            out.events.append(refs.Event(EventType.NORMAL, "Orphaned", message))
+            out.events.append(refs.Event(EventType.NORMAL, EventReason.ORPHANED, message))
     else:
         reason, message = Reason.ACTIVATION_SUCCEEDED, "all activation gates passed"
     out.status["ready"] = "True"

@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 
+from finops.api import timeouts
 from finops.collection import durations
 
 log = logging.getLogger(__name__)
@@ -25,37 +26,11 @@ DEFAULT_NAMESPACES_PER_SHARD = 25
 DEFAULT_CONCURRENCY = 4
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _TimeoutField:
-    spec_field: str
-    env_var: str
-    default: dt.timedelta
-
-
-_TIMEOUT_FIELDS: dict[str, _TimeoutField] = {
-    "database_init": _TimeoutField(
-        "databaseInitTimeout", "DATABASE_INIT_TIMEOUT", dt.timedelta(minutes=2)
-    ),
-    "kubernetes_operation": _TimeoutField(
-        "kubernetesOperationTimeout", "K8S_OPERATION_TIMEOUT", dt.timedelta(minutes=1)
-    ),
-    "opencost_fetch": _TimeoutField(
-        "openCostFetchTimeout", "OPENCOST_FETCH_TIMEOUT", dt.timedelta(minutes=2)
-    ),
-    "database_insert": _TimeoutField(
-        "databaseInsertTimeout", "DATABASE_INSERT_TIMEOUT", dt.timedelta(minutes=3)
-    ),
-    "status_update": _TimeoutField(
-        "statusUpdateTimeout", "STATUS_UPDATE_TIMEOUT", dt.timedelta(minutes=1)
-    ),
-    "http_client": _TimeoutField(
-        "httpClientTimeout", "HTTP_CLIENT_TIMEOUT", dt.timedelta(seconds=90)
-    ),
-}
+_TIMEOUT_FIELDS = timeouts.BY_ATTRIBUTE
 
 
 def _duration_setting(
-    field: _TimeoutField, spec: Mapping[str, object], env: Mapping[str, str]
+    field: timeouts.Timeout, spec: Mapping[str, object], env: Mapping[str, str]
 ) -> dt.timedelta:
     raw: object = env.get(field.env_var) or spec.get(field.spec_field)
     if raw is None or raw == "":

@@ -1,7 +1,7 @@
-"""Condition types and reasons written on Offerings and Subscriptions: one vocabulary.
+"""Condition types, reasons and Event reasons of all five kinds: one vocabulary.
 
-The strings are the public API's (see the status-conditions reference); reconcilers, events and
-tests use these members rather than spelling them again.
+The strings are the public API's (see the status-conditions reference); the pure core,
+reconcilers, jobs, Events and tests use these members rather than spelling them again.
 """
 
 from __future__ import annotations
@@ -14,9 +14,13 @@ class ConditionType(enum.StrEnum):
     ACTIVE = "Active"
     DELETING = "Deleting"
     PRICING_RESOLVED = "PricingResolved"
+    SCHEDULED = "Scheduled"
+    COSTS_RESOLVED = "CostsResolved"
 
 
 class Reason(enum.StrEnum):
+    """Offering and Subscription condition reasons."""
+
     # Both kinds.
     VALIDATION_SUCCEEDED = "ValidationSucceeded"
     VALIDATION_ERROR = "ValidationError"
@@ -53,3 +57,48 @@ class Reason(enum.StrEnum):
 class EventType(enum.StrEnum):
     NORMAL = "Normal"
     WARNING = "Warning"
+
+
+class PriceBookReason(enum.StrEnum):
+    """PriceBook `Ready` (rates parsed) and `Active` (the elected book) reasons; the `Active`
+    ones double as the Events' reasons."""
+
+    VALIDATION_SUCCEEDED = "ValidationSucceeded"
+    PRICEBOOK_PARSE_FAILED = "PricebookParseFailed"
+    ACTIVATED = "Activated"
+    DEMOTED = "Demoted"
+
+
+class ProviderReason(enum.StrEnum):
+    """FinOpsProvider `Ready` reasons: what the last reconcile did to OpenCost."""
+
+    PROVIDER_APPLIED = "ProviderApplied"
+    BRING_YOUR_OWN_OPENCOST = "BringYourOwnOpenCost"
+    NO_VALID_PROVIDER_OPTION = "NoValidProviderOption"
+    OPENCOST_PATCH_FAILED = "OpenCostPatchFailed"
+
+
+class CostJobReason(enum.StrEnum):
+    """CostJob `Scheduled` reasons."""
+
+    CRON_JOB_READY = "CronJobReady"
+    NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+
+
+class CostsReason(enum.StrEnum):
+    """Subscription `CostsResolved` reasons: where a bucket's `current` came from."""
+
+    FROM_DB = "FromDB"
+    FROM_CALCULATOR = "FromCalculator"
+
+
+class EventReason(enum.StrEnum):
+    """Reasons of Events that are not also a condition's reason."""
+
+    ACTIVATED = "Activated"
+    DEACTIVATED = "Deactivated"
+    ORPHANED = "Orphaned"
+    DELETION_BLOCKED = "DeletionBlocked"
+    CRON_JOB_CREATED = "CronJobCreated"
+    CRON_JOB_UPDATED = "CronJobUpdated"
+    OPENCOST_RESTARTED = "OpenCostRestarted"
