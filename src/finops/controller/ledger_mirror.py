@@ -94,36 +94,34 @@ class Mirror:
         MIRROR_WRITES.labels(kind=kind, result="success").inc()
         return True
 
-    async def offering(self, obj: Mapping[str, Any]) -> bool:
+    def _fields(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """The columns both version tables share, read from the object."""
         meta = _meta(obj)
+        return {
+            "cluster": self.cluster,
+            "uid": str(meta.get("uid")),
+            "namespace": str(meta.get("namespace")),
+            "name": str(meta.get("name")),
+            "generation": int(meta.get("generation") or 0),
+            "resource_version": str(meta.get("resourceVersion") or ""),
+            "spec": obj.get("spec") or {},
+        }
+
+    async def offering(self, obj: Mapping[str, Any]) -> bool:
+        fields = self._fields(obj)
 
         def write(conn: pool.Connection) -> int:
-            return mirror.upsert_offering_version(
-                conn,
-                cluster=self.cluster,
-                uid=str(meta.get("uid")),
-                namespace=str(meta.get("namespace")),
-                name=str(meta.get("name")),
-                generation=int(meta.get("generation") or 0),
-                resource_version=str(meta.get("resourceVersion") or ""),
-                spec=obj.get("spec") or {},
-            )
+            return mirror.upsert_offering_version(conn, **fields)
 
         return await self._write("Offering", offering_version(obj), write)
 
     async def subscription(self, obj: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-        meta = _meta(obj)
+        fields = self._fields(obj)
 
         def write(conn: pool.Connection) -> int:
             return mirror.upsert_subscription_version(
                 conn,
-                cluster=self.cluster,
-                uid=str(meta.get("uid")),
-                namespace=str(meta.get("namespace")),
-                name=str(meta.get("name")),
-                generation=int(meta.get("generation") or 0),
-                resource_version=str(meta.get("resourceVersion") or ""),
-                spec=obj.get("spec") or {},
+                **fields,
                 namespace_labels=labels,
                 subscription_labels=subscription_labels(obj),
             )

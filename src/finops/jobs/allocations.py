@@ -23,7 +23,8 @@ from lightkube.core.exceptions import ApiError
 
 from finops.billing import allocation, money
 from finops.collection import durations, plan
-from finops.kube import costjobs, resources, status
+from finops.jobs import records
+from finops.kube import costjobs
 from finops.opencost import client as opencost_client
 from finops.opencost import config as opencost_config
 from finops.pricing import election
@@ -298,13 +299,7 @@ async def run(
             log.error("%s", exc)
             return 1
         error = await _attempt(client, env, started_at, costjob)
-        record = plan.ExecutionRecord(
-            execution_time=started_at,
-            succeeded=not error,
-            duration=durations.format_seconds(dt.timedelta(seconds=time.monotonic() - started)),
-            error=error,
-        )
-        recorded = await _record(client, env, costjob, record)
+        recorded = await _record(client, env, costjob, records.finished(started_at, started, error))
         return 1 if error or not recorded else 0
     finally:
         if kube is None:
@@ -344,21 +339,17 @@ async def _record(
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
     spec: Mapping[str, Any] = costjob.get("spec") or {}
     try:
-        done = await _bounded(
+        problem = await _bounded(
             "writing the execution record",
             opencost_config.Timeouts.from_sources(spec, env).status_update,
             "statusUpdateTimeout",
-            status.apply(
-                client, resources.CostJob, name, [plan.record_change(record)], namespace=namespace
-            ),
+            records.write(client, namespace, name, record),
         )
-    except (ApiError, RunFailed) as exc:
-        log.error("cannot record the outcome on CostJob %s/%s: %s", namespace, name, exc)
-        return False
-    if done.obj is None:
-        log.error("cannot record the outcome on CostJob %s/%s: it is gone", namespace, name)
-        return False
-    return True
+    except RunFailed as exc:
+        problem = str(exc)
+    if problem:
+        log.error("cannot record the outcome on CostJob %s/%s: %s", namespace, name, problem)
+    return not problem
 
 
 def main() -> int:

@@ -30,7 +30,8 @@ from lightkube.core.exceptions import ApiError
 
 from finops.api import conditions
 from finops.billing import buckets
-from finops.collection import charge_plan, charges, durations, plan
+from finops.collection import charge_plan, charges, plan
+from finops.jobs import records
 from finops.kube import resources, status
 from finops.kube import subscriptions as kube_subs
 from finops.opencost import config as opencost_config
@@ -526,23 +527,10 @@ async def _record(
     name, namespace = env.get("COSTJOB_NAME", ""), env.get("COSTJOB_NAMESPACE", "")
     if not name or not namespace:
         return True
-    record = plan.ExecutionRecord(
-        execution_time=at,
-        succeeded=not error,
-        duration=durations.format_seconds(dt.timedelta(seconds=time.monotonic() - started)),
-        error=error,
-    )
-    try:
-        done = await status.apply(
-            client, resources.CostJob, name, [plan.record_change(record)], namespace=namespace
-        )
-    except ApiError as exc:
-        log.error("cannot record the outcome on CostJob %s/%s: %s", namespace, name, _describe(exc))
-        return False
-    if done.obj is None:
-        log.error("cannot record the outcome on CostJob %s/%s: it is gone", namespace, name)
-        return False
-    return True
+    problem = await records.write(client, namespace, name, records.finished(at, started, error))
+    if problem:
+        log.error("cannot record the outcome on CostJob %s/%s: %s", namespace, name, problem)
+    return not problem
 
 
 def main() -> int:
