@@ -133,43 +133,34 @@ def _add_manager_flags(p: argparse.ArgumentParser) -> None:
         help="address the liveness and readiness endpoints bind to",
     )
     _bool(p, "--leader-elect", False, "elect a leader through a Lease before acting")
-    p.add_argument(
-        "--webhook-cert-path",
-        default="",
-        metavar="DIR",
-        help="directory holding the webhook serving certificate "
+    _add_cert_flags(
+        p,
+        "webhook",
+        "directory holding the webhook serving certificate "
         "(empty: /tmp/k8s-webhook-server/serving-certs)",
     )
-    p.add_argument(
-        "--webhook-cert-name",
-        metavar="FILE",
-        default="tls.crt",
-        help="webhook certificate file name",
-    )
-    p.add_argument(
-        "--webhook-cert-key",
-        metavar="FILE",
-        default="tls.key",
-        help="webhook private key file name",
-    )
-    p.add_argument(
-        "--metrics-cert-path",
-        default="",
-        metavar="DIR",
-        help="directory holding the metrics serving certificate, reloaded when it changes "
+    _add_cert_flags(
+        p,
+        "metrics",
+        "directory holding the metrics serving certificate, reloaded when it changes "
         "(empty: a self-signed certificate made at start)",
     )
+
+
+def _add_cert_flags(p: argparse.ArgumentParser, server: str, path_help: str) -> None:
+    """`--<server>-cert-path`, `-cert-name` and `-cert-key`: where a server's certificate is."""
+    p.add_argument(f"--{server}-cert-path", default="", metavar="DIR", help=path_help)
     p.add_argument(
-        "--metrics-cert-name",
+        f"--{server}-cert-name",
         metavar="FILE",
         default="tls.crt",
-        help="metrics certificate file name",
+        help=f"{server} certificate file name",
     )
     p.add_argument(
-        "--metrics-cert-key",
+        f"--{server}-cert-key",
         metavar="FILE",
         default="tls.key",
-        help="metrics private key file name",
+        help=f"{server} private key file name",
     )
 
 

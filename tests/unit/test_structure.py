@@ -1,7 +1,9 @@
-"""The package's shape is enforced: the import contracts fail when a forbidden import is added."""
+"""The package's shape is enforced: no long functions, and import contracts that fail when a
+forbidden import is added."""
 
 from __future__ import annotations
 
+import ast
 import os
 import pathlib
 import shutil
@@ -12,6 +14,34 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LINT_IMPORTS = pathlib.Path(sys.executable).with_name("lint-imports")
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(root: pathlib.Path) -> list[str]:
+    """`path:line name (N lines)` for every function longer than the limit, decorators
+    included."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                length = (node.end_lineno or node.lineno) - first + 1
+                if length > MAX_FUNCTION_LINES:
+                    where = path.relative_to(root.parent)
+                    found.append(f"{where}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_no_function_in_the_package_is_longer_than_sixty_lines() -> None:
+    assert long_functions(ROOT / "src" / "finops") == []
+
+
+def test_the_length_check_sees_a_long_function(tmp_path: pathlib.Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    (package / "long.py").write_text(f"def too_long() -> None:\n{body}\n")
+    assert long_functions(package) == ["pkg/long.py:1 too_long (61 lines)"]
 
 
 @pytest.fixture(scope="module")

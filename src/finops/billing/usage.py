@@ -467,7 +467,6 @@ def usage_charges(
         coverage = _coverage(row, interval)
         if coverage is None:
             continue
-        covered, length = coverage
         hour = _aware(row.hour)
         for meter, attribute, margin in plan:
             rate: int = getattr(rates, attribute)
@@ -481,22 +480,33 @@ def usage_charges(
             if acc is None:
                 acc = totals[key] = _Sum()
             acc.rows += 1
-            if meter is Meter.CPU_HOUR:
-                done = _add(acc, row.cpu_core_usage_average, covered, price)
-            elif meter is Meter.RAM_GB_HOUR:
-                done = _add(acc, row.ram_byte_usage_average, covered, price)
-            elif meter is Meter.GPU_HOUR:
-                done = _add(acc, row.gpu_usage_average, covered, price)
-            elif covered != length:
-                done = False  # A trimmed row of a per-row meter: its share is not a decimal.
-            elif meter is Meter.PV_GB_HOUR:
-                done = _add(acc, row.pv_byte_hours, 1, price)
-            else:
-                done = _add_network(acc, row, price)
-            if not done:
+            if not _add_meter(acc, meter, row, coverage, price):
                 share = RowShare.of(row, interval)
                 assert share is not None  # _coverage found the row inside the interval.
                 acc.add_exact(meter_quantity(meter, row, share), price)
+    return _charges(totals)
+
+
+def _add_meter(
+    acc: _Sum, meter: Meter, row: allocation.AllocationRow, coverage: tuple[int, int], price: int
+) -> bool:
+    """Add the row's use of `meter` in integers; False when only exact arithmetic can."""
+    covered, length = coverage
+    if meter is Meter.CPU_HOUR:
+        return _add(acc, row.cpu_core_usage_average, covered, price)
+    if meter is Meter.RAM_GB_HOUR:
+        return _add(acc, row.ram_byte_usage_average, covered, price)
+    if meter is Meter.GPU_HOUR:
+        return _add(acc, row.gpu_usage_average, covered, price)
+    if covered != length:
+        return False  # A trimmed row of a per-row meter: its share is not a decimal.
+    if meter is Meter.PV_GB_HOUR:
+        return _add(acc, row.pv_byte_hours, 1, price)
+    return _add_network(acc, row, price)
+
+
+def _charges(totals: Mapping[tuple[dt.datetime, Meter], _Sum]) -> list[UsageCharge]:
+    """One charge per (hour, meter) sum, ordered by hour then meter, rounded once."""
     order = {meter: i for i, meter in enumerate(USAGE_METERS)}
     charges = []
     for (hour, meter), acc in sorted(totals.items(), key=lambda kv: (kv[0][0], order[kv[0][1]])):

@@ -313,14 +313,7 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
             )
             servers.extend([hook] if hook is not None else [])
         if args.leader_elect:
-            elector = leader.LeaderElector(
-                client,
-                namespace=settings.pod_namespace,
-                identity=_identity(),
-                lease_duration=settings.lease_duration_seconds,
-                renew_deadline=settings.lease_duration_seconds * 2 / 3,
-                retry_period=max(0.5, settings.lease_duration_seconds / 7.5),
-            )
+            elector = _elector(client, settings)
             state["ready"] = True
             log.info("waiting for leadership", extra={"identity": elector.identity})
             if not await elector.acquire(stop):
@@ -332,17 +325,7 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
         jobs: list[asyncio.Task[Any]] = [asyncio.create_task(manager.run(stop))]
         if elector is not None:
             jobs.append(asyncio.create_task(elector.keep_renewing(stop)))
-        done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            exc = task.exception()
-            if isinstance(exc, leader.LostLeadershipError):
-                log.error("lost leadership; exiting", extra={"error": str(exc)})
-                code = 1
-            elif exc is not None:
-                log.error("manager failed", extra={"error": repr(exc)})
-                code = 1
-        stop.set()
-        await asyncio.gather(*jobs, return_exceptions=True)
+        code = await _until_first_ends(jobs, stop)
     except webhooks.StartError as exc:
         log.error("webhook server failed to start", extra={"error": str(exc)})
         code = 1
@@ -356,6 +339,35 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
         with contextlib.suppress(Exception):
             await client.close()
     log.info("manager stopped", extra={"exit_code": code})
+    return code
+
+
+def _elector(client: lightkube.AsyncClient, settings: config.Settings) -> leader.LeaderElector:
+    """Lease timings derived from the lease duration, as controller-runtime's defaults are."""
+    return leader.LeaderElector(
+        client,
+        namespace=settings.pod_namespace,
+        identity=_identity(),
+        lease_duration=settings.lease_duration_seconds,
+        renew_deadline=settings.lease_duration_seconds * 2 / 3,
+        retry_period=max(0.5, settings.lease_duration_seconds / 7.5),
+    )
+
+
+async def _until_first_ends(jobs: list[asyncio.Task[Any]], stop: asyncio.Event) -> int:
+    """Wait for the first job to end, stop the others; 1 when one ended by failing."""
+    code = 0
+    done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        exc = task.exception()
+        if isinstance(exc, leader.LostLeadershipError):
+            log.error("lost leadership; exiting", extra={"error": str(exc)})
+            code = 1
+        elif exc is not None:
+            log.error("manager failed", extra={"error": repr(exc)})
+            code = 1
+    stop.set()
+    await asyncio.gather(*jobs, return_exceptions=True)
     return code
 
 

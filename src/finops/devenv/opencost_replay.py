@@ -566,24 +566,8 @@ def _allocation(name: str, group: Sequence[_Member], query: StepQuery) -> Alloc:
     zero = Decimal(0)
     sums = {k: sum((m.values[k] or zero for m in group), zero) for k in _SUMMED}
     nulls = {k for k in _SUMMED if all(m.values[k] is None for m in group)}
-    avgs = {
-        k: round5(
-            sum(((m.values[k] or zero) * _minutes(m.start, m.end) for m in group), zero) / minutes
-        )
-        if minutes
-        else zero
-        for k in _AVERAGED
-    }
+    avgs = _averages(group, minutes)
     hours = minutes / 60
-    cpu_cost = round5(sums["cpuCoreHours"] * CPU_RATE)
-    ram_cost = round5(sums["ramByteHours"] / _GIB * RAM_RATE)
-    pv_cost = round5(sums["pvByteHours"] / _GIB * PV_RATE)
-    net_cost = round5(
-        (sums["networkTransferBytes"] + sums["networkReceiveBytes"]) / _GIB * NET_RATE
-    )
-    cpu_eff = _ratio(avgs["cpuCoreUsageAverage"], avgs["cpuCoreRequestAverage"])
-    ram_eff = _ratio(avgs["ramByteUsageAverage"], avgs["ramByteRequestAverage"])
-    total = cpu_cost + ram_cost + pv_cost + net_cost
     alloc: Alloc = {k: zero for k in _ALLOC_KEYS}
     alloc.update(
         name=name,
@@ -593,23 +577,12 @@ def _allocation(name: str, group: Sequence[_Member], query: StepQuery) -> Alloc:
         end=_ts(end),
         minutes=round5(minutes),
         cpuCores=_ratio(sums["cpuCoreHours"], hours) if hours else zero,
-        cpuCost=cpu_cost,
-        cpuEfficiency=cpu_eff,
-        networkCost=net_cost,
-        networkInternetCost=net_cost,
         pvBytes=_ratio(sums["pvByteHours"], hours) if hours else zero,
-        pvCost=pv_cost,
         pvs=None,
         ramBytes=_ratio(sums["ramByteHours"], hours) if hours else zero,
-        ramCost=ram_cost,
-        ramEfficiency=ram_eff,
-        totalCost=total,
-        totalEfficiency=_ratio(
-            (cpu_eff or zero) * cpu_cost + (ram_eff or zero) * ram_cost, cpu_cost + ram_cost
-        )
-        or zero,
         lbAllocations=None,
         gpuAllocation={"isGPUShared": None, "gpuUsageAverage": None, "gpuRequestAverage": zero},
+        **_costs(sums, avgs),
         **avgs,
         **sums,
     )
@@ -624,6 +597,46 @@ def _allocation(name: str, group: Sequence[_Member], query: StepQuery) -> Alloc:
     else:
         del alloc["rawAllocationOnly"]
     return alloc
+
+
+def _averages(group: Sequence[_Member], minutes: Decimal) -> dict[str, Decimal]:
+    """Minute-weighted averages of the members (zero over an empty window)."""
+    zero = Decimal(0)
+    return {
+        k: round5(
+            sum(((m.values[k] or zero) * _minutes(m.start, m.end) for m in group), zero) / minutes
+        )
+        if minutes
+        else zero
+        for k in _AVERAGED
+    }
+
+
+def _costs(sums: Mapping[str, Decimal], avgs: Mapping[str, Decimal]) -> dict[str, Any]:
+    """The cost and efficiency fields, priced at the replay's fixed rates."""
+    zero = Decimal(0)
+    cpu_cost = round5(sums["cpuCoreHours"] * CPU_RATE)
+    ram_cost = round5(sums["ramByteHours"] / _GIB * RAM_RATE)
+    pv_cost = round5(sums["pvByteHours"] / _GIB * PV_RATE)
+    net_cost = round5(
+        (sums["networkTransferBytes"] + sums["networkReceiveBytes"]) / _GIB * NET_RATE
+    )
+    cpu_eff = _ratio(avgs["cpuCoreUsageAverage"], avgs["cpuCoreRequestAverage"])
+    ram_eff = _ratio(avgs["ramByteUsageAverage"], avgs["ramByteRequestAverage"])
+    return {
+        "cpuCost": cpu_cost,
+        "cpuEfficiency": cpu_eff,
+        "networkCost": net_cost,
+        "networkInternetCost": net_cost,
+        "pvCost": pv_cost,
+        "ramCost": ram_cost,
+        "ramEfficiency": ram_eff,
+        "totalCost": cpu_cost + ram_cost + pv_cost + net_cost,
+        "totalEfficiency": _ratio(
+            (cpu_eff or zero) * cpu_cost + (ram_eff or zero) * ram_cost, cpu_cost + ram_cost
+        )
+        or zero,
+    }
 
 
 # ------------------------------------------------------------------------------- faults

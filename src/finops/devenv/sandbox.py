@@ -162,75 +162,103 @@ def services(
         dsn = pg.create_database("finops")
         _say(out, "starting the OpenCost replay server (real OpenCost captures)")
         opencost = stack.enter_context(replay.ReplayServer(replay.Captures(CAPTURES)))
-        with kube.http() as client:
-            client.post(
-                "/api/v1/namespaces",
-                json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NS}},
-            )
-            client.post(
-                f"/apis/apps/v1/namespaces/{SYSTEM_NS}/deployments", json=_opencost_deployment()
-            )
+        _create_system_namespace(kube)
         probe_port, metrics_port = controlplane.free_port(), controlplane.free_port()
         webhook_port = controlplane.free_port()
-        ca = tls.TinyCA("finops-sandbox-webhook-ca")
-        cert_dir = state / "webhook-certs"
-        cert_dir.mkdir(exist_ok=True)
-        ca.serving(["127.0.0.1"]).write(cert_dir, "tls")
+        ca, cert_dir = _webhook_certs(state)
         log_path = state / "controller.log"
         controller_kubeconfig = (
             controller_identity(kube) if controller_identity is not None else kube.kubeconfig
         )
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(controller_kubeconfig),
-            "POSTGRES_CONNECTION_STRING": dsn,
-            "OPENCOST_CONNECTION_STRING": opencost.url,
-            "OPENCOST_DEPLOYMENT_NAME": OPENCOST_DEPLOYMENT,
-            "OPENCOST_DEPLOYMENT_NAMESPACE": SYSTEM_NS,
-            "POD_NAMESPACE": SYSTEM_NS,
-            "OPERATOR_IMAGE": "finops-operator:sandbox",
-            "ENABLE_WEBHOOKS": "true",
-            "WEBHOOK_BIND_ADDRESS": f"127.0.0.1:{webhook_port}",
-            "FINOPS_RESYNC_SECONDS": "20",
-        }
+        env = _controller_env(controller_kubeconfig, dsn, opencost.url, webhook_port)
+        args = [
+            f"--health-probe-bind-address=127.0.0.1:{probe_port}",
+            f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+            "--metrics-secure=false",  # a local sandbox: plain HTTP for curl
+            f"--webhook-cert-path={cert_dir}",
+            *controller_args,
+        ]
         _say(out, f"starting the controller (log: {log_path})")
-        with log_path.open("wb") as log_file:
-            controller = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "finops.operator",
-                    "--mode=controller",
-                    f"--health-probe-bind-address=127.0.0.1:{probe_port}",
-                    f"--metrics-bind-address=127.0.0.1:{metrics_port}",
-                    "--metrics-secure=false",  # a local sandbox: plain HTTP for curl
-                    f"--webhook-cert-path={cert_dir}",
-                    *controller_args,
-                ],
-                env=env,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-            )
+        controller = _spawn_controller(env, args, log_path)
         stack.callback(controlplane.stop_process, controller)
-        if not _wait(
-            "controller",
-            lambda: (
-                httpx.get(f"http://127.0.0.1:{probe_port}/readyz", timeout=2).status_code == 200
-            ),
-            60,
-        ):
-            raise SandboxError(f"the controller did not become ready; see {log_path}")
-        with kube.http() as client:
-            hooks = local_webhooks.local_configuration(
-                "finops-operator-validating-webhook-configuration", webhook_port, ca.cert_pem
-            )
-            resp = client.post(local_webhooks.API, json=hooks)
-            if resp.status_code != 201:
-                raise SandboxError(f"registering the admission webhooks: {resp.text}")
+        _await_ready(probe_port, log_path)
+        _register_webhooks(kube, webhook_port, ca)
         _say(out, f"admission webhooks served on 127.0.0.1:{webhook_port} and registered")
         yield Services(
             kube, pg, dsn, opencost, controller, log_path, f"http://127.0.0.1:{metrics_port}"
         )
+
+
+def _webhook_certs(state: pathlib.Path) -> tuple[tls.TinyCA, pathlib.Path]:
+    """A throw-away CA and the webhook serving certificate it signed, for 127.0.0.1."""
+    ca = tls.TinyCA("finops-sandbox-webhook-ca")
+    cert_dir = state / "webhook-certs"
+    cert_dir.mkdir(exist_ok=True)
+    ca.serving(["127.0.0.1"]).write(cert_dir, "tls")
+    return ca, cert_dir
+
+
+def _await_ready(probe_port: int, log_path: pathlib.Path) -> None:
+    if not _wait(
+        "controller",
+        lambda: httpx.get(f"http://127.0.0.1:{probe_port}/readyz", timeout=2).status_code == 200,
+        60,
+    ):
+        raise SandboxError(f"the controller did not become ready; see {log_path}")
+
+
+def _create_system_namespace(kube: controlplane.ControlPlane) -> None:
+    """The release namespace, holding the OpenCost Deployment stand-in."""
+    with kube.http() as client:
+        client.post(
+            "/api/v1/namespaces",
+            json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NS}},
+        )
+        client.post(
+            f"/apis/apps/v1/namespaces/{SYSTEM_NS}/deployments", json=_opencost_deployment()
+        )
+
+
+def _controller_env(
+    kubeconfig: pathlib.Path, dsn: str, opencost_url: str, webhook_port: int
+) -> dict[str, str]:
+    return {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "POSTGRES_CONNECTION_STRING": dsn,
+        "OPENCOST_CONNECTION_STRING": opencost_url,
+        "OPENCOST_DEPLOYMENT_NAME": OPENCOST_DEPLOYMENT,
+        "OPENCOST_DEPLOYMENT_NAMESPACE": SYSTEM_NS,
+        "POD_NAMESPACE": SYSTEM_NS,
+        "OPERATOR_IMAGE": "finops-operator:sandbox",
+        "ENABLE_WEBHOOKS": "true",
+        "WEBHOOK_BIND_ADDRESS": f"127.0.0.1:{webhook_port}",
+        "FINOPS_RESYNC_SECONDS": "20",
+    }
+
+
+def _spawn_controller(
+    env: Mapping[str, str], args: Sequence[str], log_path: pathlib.Path
+) -> subprocess.Popen[bytes]:
+    """`finops.operator --mode=controller` in a child process, its output in `log_path`."""
+    with log_path.open("wb") as log_file:
+        return subprocess.Popen(
+            [sys.executable, "-m", "finops.operator", "--mode=controller", *args],
+            env=dict(env),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _register_webhooks(kube: controlplane.ControlPlane, port: int, ca: tls.TinyCA) -> None:
+    """The validating webhook configuration, pointed at the local controller."""
+    with kube.http() as client:
+        hooks = local_webhooks.local_configuration(
+            "finops-operator-validating-webhook-configuration", port, ca.cert_pem
+        )
+        resp = client.post(local_webhooks.API, json=hooks)
+        if resp.status_code != 201:
+            raise SandboxError(f"registering the admission webhooks: {resp.text}")
 
 
 def _opencost_deployment() -> dict[str, Any]:

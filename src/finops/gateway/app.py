@@ -182,16 +182,15 @@ def _focus_handler(
     return focus_rows
 
 
-def build(
-    settings: Settings,
-    ledger: Callable[[], pool.Pool],
-    authorizer: Authorizer,
-) -> Starlette:
-    """The ASGI app; `ledger` returns the open pool (opened by the lifespan in `main`)."""
+Query = Callable[[pool.Connection, dt.datetime, dt.datetime], Any]
+Guarded = Callable[[Request, Query], Awaitable[JSONResponse]]
 
-    async def guarded(
-        request: Request, query: Callable[[pool.Connection, dt.datetime, dt.datetime], Any]
-    ) -> JSONResponse:
+
+def _guard(settings: Settings, ledger: Callable[[], pool.Pool], authorizer: Authorizer) -> Guarded:
+    """Run a ledger query for an authorised caller's namespace and window; refusals, a bad
+    window and an unavailable ledger become the matching error responses."""
+
+    async def guarded(request: Request, query: Query) -> JSONResponse:
         namespace = request.path_params["namespace"]
         verdict = await authorizer.check(request.headers.get("authorization"), namespace)
         if verdict != 200:
@@ -211,6 +210,55 @@ def build(
             return _error(503, "the ledger is unavailable")
         return JSONResponse({"from": _rfc3339(start), "to": _rfc3339(end), **body})
 
+    return guarded
+
+
+def _charge_item(r: reads.ChargeRow) -> dict[str, Any]:
+    return {
+        "subscriptionUid": r.subscription_uid,
+        "hour": _rfc3339(r.hour),
+        "source": r.source,
+        "quantity": str(r.quantity),
+        "unitPriceMicros": r.unit_price_micros,
+        "amountMicros": r.amount_micros,
+        "currency": r.currency,
+        "finalized": r.finalized,
+    }
+
+
+def _cost_item(r: reads.CostRow) -> dict[str, Any]:
+    return {
+        "subscription": r.subscription,
+        "subscriptionUid": r.subscription_uid,
+        "source": r.source,
+        "currency": r.currency,
+        "totalMicros": r.total_micros,
+        "finalizedMicros": r.finalized_micros,
+    }
+
+
+def _middleware(settings: Settings) -> list[Middleware]:
+    """CORS for the configured origins (none: no CORS headers at all)."""
+    if not settings.origins:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.origins),
+            allow_methods=["GET"],
+            allow_headers=["Authorization"],
+        )
+    ]
+
+
+def build(
+    settings: Settings,
+    ledger: Callable[[], pool.Pool],
+    authorizer: Authorizer,
+) -> Starlette:
+    """The ASGI app; `ledger` returns the open pool (opened by the lifespan in `main`)."""
+    guarded = _guard(settings, ledger, authorizer)
+
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
@@ -221,20 +269,7 @@ def build(
             rows = reads.subscription_charges(
                 conn, cluster=settings.cluster, namespace=namespace, name=name, start=start, end=end
             )
-            items = [
-                {
-                    "subscriptionUid": r.subscription_uid,
-                    "hour": _rfc3339(r.hour),
-                    "source": r.source,
-                    "quantity": str(r.quantity),
-                    "unitPriceMicros": r.unit_price_micros,
-                    "amountMicros": r.amount_micros,
-                    "currency": r.currency,
-                    "finalized": r.finalized,
-                }
-                for r in rows
-            ]
-            return {"namespace": namespace, "name": name, "items": items}
+            return {"namespace": namespace, "name": name, "items": [_charge_item(r) for r in rows]}
 
         return await guarded(request, query)
 
@@ -245,31 +280,10 @@ def build(
             rows = reads.namespace_costs(
                 conn, cluster=settings.cluster, namespace=namespace, start=start, end=end
             )
-            items = [
-                {
-                    "subscription": r.subscription,
-                    "subscriptionUid": r.subscription_uid,
-                    "source": r.source,
-                    "currency": r.currency,
-                    "totalMicros": r.total_micros,
-                    "finalizedMicros": r.finalized_micros,
-                }
-                for r in rows
-            ]
-            return {"namespace": namespace, "items": items}
+            return {"namespace": namespace, "items": [_cost_item(r) for r in rows]}
 
         return await guarded(request, query)
 
-    middleware = []
-    if settings.origins:
-        middleware.append(
-            Middleware(
-                CORSMiddleware,
-                allow_origins=list(settings.origins),
-                allow_methods=["GET"],
-                allow_headers=["Authorization"],
-            )
-        )
     base = "/api/v1/namespaces/{namespace}"
     focus_rows = _focus_handler(settings, ledger, authorizer)
     return Starlette(
@@ -280,7 +294,7 @@ def build(
             Route(f"{base}/focus", focus_rows, methods=["GET"]),
             Route("/api/v1/focus", focus_rows, methods=["GET"]),
         ],
-        middleware=middleware,
+        middleware=_middleware(settings),
     )
 
 

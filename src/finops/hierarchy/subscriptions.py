@@ -25,7 +25,7 @@ import dataclasses
 import datetime as dt
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from finops.api import conditions, models
@@ -202,6 +202,9 @@ def _error(what: str, key: object, failure: refs.ReadError) -> _Hold:
     return _Hold(Reason.VALIDATION_ERROR, f"reading {what} {key}: {failure.message}", True)
 
 
+_Verdict = _Hold | _End | _Pass
+
+
 def _gates(
     sub: Mapping[str, Any],
     *,
@@ -209,101 +212,124 @@ def _gates(
     lookup: refs.Lookup,
     members: family.Members,
     target: TargetObserved,
-) -> tuple[_Hold | _End | _Pass, str | None]:
-    """The verdict of the gates, and the root to stamp (None when not resolved)."""
-    me = refs.key_of(sub)
+) -> tuple[_Verdict, str | None]:
+    """The verdict of the gates, in order, and the root to stamp (None when not resolved)."""
     active = family.is_active(sub)
     root = family.root_of(sub)
+    found = _self_reference(sub) or _offering_gate(sub, offering)
+    if not isinstance(found, Mapping):
+        return found, root
+    parent = _parent_gate(sub, found, lookup, active)
+    if not isinstance(parent, str):
+        return parent, root
+    if root is None:  # stamp the family root once, between the parent gate and coverage
+        resolved = family.resolve_root(sub, lookup)
+        if resolved.uid is None:
+            message = f"cannot resolve status.compatibilityRoot: {resolved.problem}"
+            return _Hold(Reason.VALIDATION_ERROR, message, True), None
+        root = resolved.uid
+    held = _coverage_gate(sub, found, members(root), active) or _target_gate(sub, target, active)
+    return (held or _Pass(parent)), root
+
+
+def _self_reference(sub: Mapping[str, Any]) -> _Hold | None:
+    me = refs.key_of(sub)
     if names_itself_as_parent(sub):
         return _Hold(
             Reason.CIRCULAR_DEPENDENCY_DETECTED,
             f"spec.parent.subscriptionRef names this subscription ({me})",
-        ), root
+        )
     if targets_itself(sub):
         return _Hold(
             Reason.TARGET_IS_SELF_REFERENCE, f"lifecycle.targetRef names this subscription ({me})"
-        ), root
+        )
+    return None
 
-    # The Offering gate.
+
+def _offering_gate(sub: Mapping[str, Any], offering: refs.Observed) -> _Hold | Mapping[str, Any]:
+    """The Offering when it exists and is ready, else why the Subscription holds."""
     offering_key = family.offering_key(sub)
     if isinstance(offering, refs.ReadError):
-        return _error("offering", offering_key, offering), root
+        return _error("offering", offering_key, offering)
     if offering is None:
-        return _Hold(Reason.OFFERING_NOT_FOUND, f"offering {offering_key} not found"), root
+        return _Hold(Reason.OFFERING_NOT_FOUND, f"offering {offering_key} not found")
     if not refs.is_ready(offering):
-        return _Hold(Reason.OFFERING_NOT_READY, f"offering {offering_key} is not ready"), root
+        return _Hold(Reason.OFFERING_NOT_READY, f"offering {offering_key} is not ready")
+    return offering
 
-    # The parent gate.
-    orphaned = ""
+
+def _parent_gate(
+    sub: Mapping[str, Any], offering: Mapping[str, Any], lookup: refs.Lookup, active: bool
+) -> _Hold | _End | str:
+    """The parent gate: a hold or an end, or why an active orphan outlived its parent
+    ('' when it has a ready parent or none)."""
     parent_key = family.parent_key(sub)
-    if parent_key is not None:
-        parent = lookup(parent_key)
-        if isinstance(parent, refs.ReadError):
-            return _error("parent subscription", parent_key, parent), root
-        gone = ""
+    if parent_key is None:
+        return ""
+    parent = lookup(parent_key)
+    if isinstance(parent, refs.ReadError):
+        return _error("parent subscription", parent_key, parent)
+    gone = ""
+    if parent is None:
+        gone = f"parent subscription {parent_key} no longer exists"
+    elif family.is_deactivated(parent):
+        gone = f"parent subscription {parent_key} was deactivated"
+    if gone and not active:
         if parent is None:
-            gone = f"parent subscription {parent_key} no longer exists"
-        elif family.is_deactivated(parent):
-            gone = f"parent subscription {parent_key} was deactivated"
-        if gone and not active:
-            if parent is None:
-                return _Hold(
-                    Reason.PARENT_SUBSCRIPTION_NOT_FOUND,
-                    f"parent subscription {parent_key} not found",
-                ), root
             return _Hold(
-                Reason.PARENT_SUBSCRIPTION_DEACTIVATED,
-                f"parent subscription {parent_key} is deactivated",
-            ), root
-        if gone:
-            if effective_on_parent_deactivate(sub, offering) != ORPHAN:
-                return _End(Reason.PARENT_DEACTIVATED, gone), root
-            orphaned = gone
-        elif parent is not None and not refs.is_ready(parent):
-            return _Hold(
-                Reason.PARENT_SUBSCRIPTION_NOT_READY,
-                f"parent subscription {parent_key} is not ready",
-            ), root
-
-    # Stamp the family root once, between the parent gate and coverage.
-    if root is None:
-        resolved = family.resolve_root(sub, lookup)
-        if resolved.uid is None:
-            return _Hold(
-                Reason.VALIDATION_ERROR,
-                f"cannot resolve status.compatibilityRoot: {resolved.problem}",
-                True,
-            ), None
-        root = resolved.uid
-
-    # The compatibility gate.
-    missing = family.uncovered(sub, offerings.requirements(offering), members(root))
-    if missing is not None:
-        if active:
-            return _End(
-                Reason.COMPATIBILITY_REQUIREMENT_NOT_MET, family.coverage_message(missing)
-            ), root
+                Reason.PARENT_SUBSCRIPTION_NOT_FOUND, f"parent subscription {parent_key} not found"
+            )
         return _Hold(
-            Reason.COMPATIBILITY_REQUIREMENT_NOT_MET, family.coverage_message(missing)
-        ), root
+            Reason.PARENT_SUBSCRIPTION_DEACTIVATED,
+            f"parent subscription {parent_key} is deactivated",
+        )
+    if gone:
+        if effective_on_parent_deactivate(sub, offering) != ORPHAN:
+            return _End(Reason.PARENT_DEACTIVATED, gone)
+        return gone
+    if parent is not None and not refs.is_ready(parent):
+        return _Hold(
+            Reason.PARENT_SUBSCRIPTION_NOT_READY, f"parent subscription {parent_key} is not ready"
+        )
+    return ""
 
-    # The target gate.
+
+def _coverage_gate(
+    sub: Mapping[str, Any],
+    offering: Mapping[str, Any],
+    family_members: Iterable[Mapping[str, Any]],
+    active: bool,
+) -> _Hold | _End | None:
+    """The compatibility gate: an active Subscription that lost coverage ends."""
+    missing = family.uncovered(sub, offerings.requirements(offering), family_members)
+    if missing is None:
+        return None
+    message = family.coverage_message(missing)
+    if active:
+        return _End(Reason.COMPATIBILITY_REQUIREMENT_NOT_MET, message)
+    return _Hold(Reason.COMPATIBILITY_REQUIREMENT_NOT_MET, message)
+
+
+def _target_gate(
+    sub: Mapping[str, Any], target: TargetObserved, active: bool
+) -> _Hold | _End | None:
+    """The target gate: a deleted target ends an active Subscription."""
     ref = target_ref(sub)
-    if ref is not None:
-        if not ref.complete:
-            return _Hold(
-                Reason.TARGET_NOT_FOUND,
-                f"lifecycle.targetRef ({ref}) needs apiVersion, kind and name",
-            ), root
-        if isinstance(target, refs.ReadError):
-            return _error("target", ref, target), root
-        if target is None:
-            return _Hold(Reason.VALIDATION_ERROR, f"target {ref} was not read", True), root
-        if target is Target.NOT_FOUND:
-            if active:
-                return _End(Reason.TARGET_NOT_FOUND, f"target {ref} was deleted"), root
-            return _Hold(Reason.TARGET_NOT_FOUND, f"target {ref} not found"), root
-    return _Pass(orphaned), root
+    if ref is None:
+        return None
+    if not ref.complete:
+        return _Hold(
+            Reason.TARGET_NOT_FOUND, f"lifecycle.targetRef ({ref}) needs apiVersion, kind and name"
+        )
+    if isinstance(target, refs.ReadError):
+        return _error("target", ref, target)
+    if target is None:
+        return _Hold(Reason.VALIDATION_ERROR, f"target {ref} was not read", True)
+    if target is Target.NOT_FOUND:
+        if active:
+            return _End(Reason.TARGET_NOT_FOUND, f"target {ref} was deleted")
+        return _Hold(Reason.TARGET_NOT_FOUND, f"target {ref} not found")
+    return None
 
 
 # ---------------------------------------------------------------- one pass
@@ -413,19 +439,7 @@ def plan(
     deleting = refs.is_deleting(sub)
 
     if family.is_deactivated(sub):
-        if not deleting:
-            return out.plan(None, "deactivated; never re-validated")
-        if out.condition_reason(ConditionType.ACTIVE) != Reason.MARKED_FOR_DELETION:
-            earlier = out.condition_reason(ConditionType.ACTIVE)
-            note = f" (deactivated earlier: {earlier})" if earlier else ""
-            out.condition(
-                ConditionType.ACTIVE,
-                "False",
-                Reason.MARKED_FOR_DELETION,
-                f"subscription is being deleted{note}",
-            )
-        out.waiting_for_collection()
-        return out.plan(Reason.MARKED_FOR_DELETION, "subscription is being deleted")
+        return _plan_deactivated(out, deleting)
 
     if deleting:
         message = "subscription is being deleted"
@@ -446,6 +460,30 @@ def plan(
         out.deactivate(verdict.reason, verdict.message)
         return out.plan(verdict.reason, verdict.message, deactivated=True)
 
+    return _plan_passed(out, sub, verdict, now)
+
+
+def _plan_deactivated(out: _Writer, deleting: bool) -> SubscriptionPlan:
+    """A deactivated Subscription is never re-validated; deleted, it waits for the charge job."""
+    if not deleting:
+        return out.plan(None, "deactivated; never re-validated")
+    if out.condition_reason(ConditionType.ACTIVE) != Reason.MARKED_FOR_DELETION:
+        earlier = out.condition_reason(ConditionType.ACTIVE)
+        note = f" (deactivated earlier: {earlier})" if earlier else ""
+        out.condition(
+            ConditionType.ACTIVE,
+            "False",
+            Reason.MARKED_FOR_DELETION,
+            f"subscription is being deleted{note}",
+        )
+    out.waiting_for_collection()
+    return out.plan(Reason.MARKED_FOR_DELETION, "subscription is being deleted")
+
+
+def _plan_passed(
+    out: _Writer, sub: Mapping[str, Any], verdict: _Pass, now: dt.datetime
+) -> SubscriptionPlan:
+    """Every gate passed: activate once (or stay active, possibly as an orphan)."""
     activated = not family.is_activated(sub)
     if activated:
         out.status["activatedAt"] = refs.timestamp(now)

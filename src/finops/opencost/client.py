@@ -195,18 +195,31 @@ async def iter_hour(
     hour (`asyncio.timeout(cfg.fetch_timeout)`), or uses `fetch_hour`, which does.
     """
     _check_hour(hour)
-    sharding = oc.config.sharding
-    if sharding is not None and not shardable(oc.config.aggregate):
-        log.warning(
-            "aggregate=%s has no namespace dimension, so rows could merge across shards; "
-            "running the hour unsharded",
-            oc.config.aggregate,
-        )
-        sharding = None
+    sharding = _usable_sharding(oc.config)
     if sharding is None:
         yield await oc.rows(hour, cluster=cluster)
         return
+    async with aclosing(_iter_shards(oc, hour, cluster, sharding)) as batches:
+        async for batch in batches:
+            yield batch
 
+
+def _usable_sharding(cfg: config.OpenCostConfig) -> config.Sharding | None:
+    """The configured sharding, or None when the aggregate could merge rows across shards."""
+    if cfg.sharding is not None and not shardable(cfg.aggregate):
+        log.warning(
+            "aggregate=%s has no namespace dimension, so rows could merge across shards; "
+            "running the hour unsharded",
+            cfg.aggregate,
+        )
+        return None
+    return cfg.sharding
+
+
+async def _iter_shards(
+    oc: OpenCostClient, hour: dt.datetime, cluster: str, sharding: config.Sharding
+) -> AsyncGenerator[list[allocation.AllocationRow], None]:
+    """One batch per namespace shard, at most `concurrency` in flight (see `iter_hour`)."""
     shards = split(await oc.namespaces(hour), sharding.namespaces_per_shard)
     log.info(
         "hour %s: %d shard(s) of at most %d namespaces, %d at a time",
@@ -235,18 +248,23 @@ async def iter_hour(
                     task.result()
             for task in done:
                 batch = task.result()
-                for r in batch:
-                    if r.name in seen:
-                        raise errors.OpenCostResponseError(
-                            f"allocation {r.name!r} came back from two namespace shards"
-                        )
-                    seen.add(r.name)
+                _claim(batch, seen)
                 yield batch
                 start_next()
     finally:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _claim(batch: list[allocation.AllocationRow], seen: set[str]) -> None:
+    """Record the batch's allocation names; one already seen came from two shards."""
+    for r in batch:
+        if r.name in seen:
+            raise errors.OpenCostResponseError(
+                f"allocation {r.name!r} came back from two namespace shards"
+            )
+        seen.add(r.name)
 
 
 async def fetch_hour(
