@@ -83,7 +83,7 @@ def with_import(
 def test_the_package_as_it_is_keeps_every_contract(source_copy: pathlib.Path) -> None:
     done = lint(source_copy)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Contracts: 5 kept, 0 broken." in done.stdout
+    assert "kept, 0 broken." in done.stdout
 
 
 @pytest.mark.parametrize(
