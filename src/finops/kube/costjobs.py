@@ -4,14 +4,11 @@ outcome is written through `finops.kube.status` like every status write).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from lightkube import AsyncClient
 
 from finops.kube import resources
-
-log = logging.getLogger(__name__)
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
