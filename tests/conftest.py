@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.kube", "tests.fixtures.opencost"]
 
-_TIERS = ("unit", "db", "kube", "e2e")
+_TIERS = ("unit", "db", "kube", "e2e", "faults")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

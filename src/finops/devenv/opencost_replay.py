@@ -9,7 +9,9 @@ It answers `GET /allocation/compute` (and `/allocation`) on 127.0.0.1 from eithe
 It honours `window` (RFC 3339 `Z` pairs and unix pairs), `step`, `accumulate`, `aggregate`,
 `includeIdle` and `filter` (`field:"a","b"`, `field!:"a"`, joined by `+`), answers errors the
 way OpenCost does (plain-text 400 for a bad window or step, JSON 500 for a bad filter), and can
-be told to fail (`Fault`): JSON 500, plain-text 400, malformed JSON, or a slow answer.
+be told to fail (`Fault`): JSON 500, plain-text 400, malformed JSON, a slow answer, or the
+hostile answers of the fault suite (any status, headers and bytes; the normal document
+altered; a slow-loris drip).
 Every request is recorded, with the peak number served at once, so tests can check encoding
 and concurrency. No network beyond loopback is used.
 """
@@ -641,7 +643,7 @@ def _costs(sums: Mapping[str, Decimal], avgs: Mapping[str, Decimal]) -> dict[str
 
 # ------------------------------------------------------------------------------- faults
 
-FaultKind = Literal["http500", "http400", "bad_json", "slow"]
+FaultKind = Literal["http500", "http400", "bad_json", "slow", "raw", "mutate", "drip"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -650,9 +652,13 @@ class Fault:
 
     `http500`: JSON envelope with `message`; `http400`: plain text `message`; `bad_json`: a
     200 whose body is cut off mid-document; `slow`: wait `delay` seconds, then answer
-    normally (any kind may also carry a `delay`). A fault matches requests whose filter names
-    `namespace` (None: all) and whose aggregate is `aggregate` (None: all), at most `times`
-    times (None: always).
+    normally (any kind may also carry a `delay`). The hostile kinds: `raw` answers `status`,
+    `headers` and `body` as given; `mutate` answers 200 with the normal answer's document
+    passed through `mutate` (floats are written as Python's `json` does: `NaN`, `Infinity`);
+    `drip` (slow-loris) sends the headers at once, then the body (`body`, else the normal
+    answer) repeated `repeat` times, `chunk` bytes every `interval` seconds. A fault
+    matches requests whose filter names `namespace` (None: all) and whose aggregate is
+    `aggregate` (None: all), at most `times` times (None: always).
     """
 
     kind: FaultKind
@@ -661,6 +667,13 @@ class Fault:
     namespace: str | None = None
     aggregate: str | None = None
     times: int | None = None
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes | None = None
+    mutate: Callable[[Any], Any] | None = None
+    interval: float = 0.0
+    chunk: int = 1
+    repeat: int = 1
 
 
 @dataclasses.dataclass(slots=True)
@@ -825,6 +838,9 @@ def _handler_for(server: ReplayServer) -> type[http.server.BaseHTTPRequestHandle
             fault = server._take_fault(params)
             if fault is not None and fault.delay and server._stopping.wait(fault.delay):
                 return
+            if fault is not None and fault.kind == "drip":
+                self._drip(fault, path, params)
+                return
             if fault is None or fault.kind == "slow":
                 status, ctype, body = server.answer(path, params)
             elif fault.kind == "http500":
@@ -836,18 +852,54 @@ def _handler_for(server: ReplayServer) -> type[http.server.BaseHTTPRequestHandle
                     "text/plain; charset=utf-8",
                     f"{fault.message}\n".encode(),
                 )
+            elif fault.kind == "raw":
+                status, ctype, body = fault.status, "application/json", fault.body or b""
+            elif fault.kind == "mutate":
+                status, ctype, body = server.answer(path, params)
+                if status == 200 and fault.mutate is not None:
+                    body = dumps(fault.mutate(parse.load_json(body)))
             else:
                 _, ctype, full = server.answer(path, params)
                 status, body = 200, full[: max(1, len(full) // 2)]
-            self._send(status, ctype, body)
+            self._send(status, ctype, body, fault.headers if fault is not None else ())
 
-        def _send(self, status: int, ctype: str, body: bytes) -> None:
+        def _send(
+            self,
+            status: int,
+            ctype: str,
+            body: bytes,
+            headers: Iterable[tuple[str, str]] = (),
+        ) -> None:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
+                self._head(status, ctype, len(body), headers)
                 self.wfile.write(body)
+
+        def _head(
+            self, status: int, ctype: str, length: int, headers: Iterable[tuple[str, str]]
+        ) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(length))
+            for name, value in headers:
+                self.send_header(name, value)
+            self.end_headers()
+
+        def _drip(self, fault: Fault, path: str, params: dict[str, str]) -> None:
+            """Slow-loris: headers now, then the body a few bytes at a time (stop aborts)."""
+            body = fault.body
+            if body is None:
+                body = server.answer(path, params)[2]
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._head(
+                    fault.status, "application/json", len(body) * fault.repeat, fault.headers
+                )
+                self.wfile.flush()
+                for _ in range(fault.repeat):
+                    for i in range(0, len(body), max(1, fault.chunk)):
+                        if fault.interval and server._stopping.wait(fault.interval):
+                            return
+                        self.wfile.write(body[i : i + max(1, fault.chunk)])
+                        self.wfile.flush()
 
     return Handler
 

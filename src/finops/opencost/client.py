@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import email.utils
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from types import TracebackType
+from typing import NoReturn
 
 import httpx
 
@@ -34,6 +36,12 @@ log = logging.getLogger(__name__)
 
 ALLOCATION_PATH = "/allocation/compute"
 HOUR = dt.timedelta(hours=1)
+# Busy or rate-limited answers are asked again, a bounded number of times.
+RETRIED_STATUSES = frozenset({429, 503})
+MAX_ATTEMPTS = 3
+MAX_RETRY_AFTER = 10.0
+# Only the start of an error body is read: it is a message, not data.
+ERROR_BODY_BYTES = 64 * 1024
 
 
 def window(hour: dt.datetime) -> str:
@@ -128,13 +136,50 @@ class OpenCostClient:
     ) -> list[parse.Step]:
         """GET one hour of `/allocation/compute` and return its step maps (numbers as Decimal).
 
-        Every failure is an `OpenCostError` subclass whose message names the query.
+        A 429 or 503 is asked again after its `Retry-After` (at most `MAX_ATTEMPTS` times in
+        all, each wait at most `MAX_RETRY_AFTER`). Every failure is an `OpenCostError`
+        subclass whose message names the query.
         """
         params = self.params(hour, aggregate=aggregate, namespaces=namespaces)
         described = _describe(params)
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            status, headers, body = await self._get(params, described)
+            if status == 200:
+                return parse.decode(body, query=described)
+            wait = retry_after(headers.get("retry-after"))
+            if status not in RETRIED_STATUSES or attempt == MAX_ATTEMPTS or wait is None:
+                break
+            if wait > MAX_RETRY_AFTER:
+                _raise_http(
+                    status,
+                    body,
+                    described,
+                    f"Retry-After {parse.short(headers['retry-after'])} is longer "
+                    f"than the {MAX_RETRY_AFTER:g}s the client waits",
+                )
+            log.warning("OpenCost answered %d to %s; retrying in %gs", status, described, wait)
+            await asyncio.sleep(wait)
+        note = ""
+        if status in RETRIED_STATUSES:
+            note = f"gave up after {attempt} attempt(s)"
+            if "retry-after" in headers:
+                note += f"; Retry-After {parse.short(headers['retry-after'])}"
+        _raise_http(status, body, described, note)
+
+    async def _get(
+        self, params: dict[str, str], described: str
+    ) -> tuple[int, httpx.Headers, bytes]:
+        """One GET, its body read to at most `max_response_bytes`, within the fetch timeout."""
         try:
-            async with asyncio.timeout(self._timeout):
-                response = await self._http.get(ALLOCATION_PATH, params=params)
+            async with (
+                asyncio.timeout(self._timeout),
+                self._http.stream("GET", ALLOCATION_PATH, params=params) as response,
+            ):
+                limit = self.config.max_response_bytes
+                if response.status_code != 200:
+                    limit = min(limit, ERROR_BODY_BYTES)
+                body = await _read_capped(response, limit, described)
+                return response.status_code, response.headers, body
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise errors.OpenCostTimeoutError(
                 f"OpenCost did not answer {described} within "
@@ -145,11 +190,6 @@ class OpenCostClient:
                 f"OpenCost at {self.config.base_url} is unreachable for {described}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        if response.status_code != 200:
-            raise errors.OpenCostHTTPError(
-                response.status_code, parse.error_message(response.content), query=described
-            )
-        return parse.decode(response.content, query=described)
 
     async def rows(
         self,
@@ -161,17 +201,57 @@ class OpenCostClient:
         """The hour's rows at the configured aggregate, optionally for some namespaces only."""
         aggregate = self.config.aggregate
         steps = await self.query(hour, aggregate=aggregate, namespaces=namespaces)
-        return parse.rows(
-            steps,
-            cluster=cluster,
-            aggregation=aggregate,
-            hour=hour,
-            query=_describe(self.params(hour, aggregate=aggregate, namespaces=namespaces)),
-        )
+        described = _describe(self.params(hour, aggregate=aggregate, namespaces=namespaces))
+        rows = parse.rows(steps, cluster=cluster, aggregation=aggregate, hour=hour, query=described)
+        parse.check_hour(rows, hour, query=described)
+        return rows
 
     async def namespaces(self, hour: dt.datetime) -> list[str]:
         """The hour's namespaces as OpenCost sees them (deleted and pseudo ones included)."""
         return parse.namespaces(await self.query(hour, aggregate="namespace"))
+
+
+async def _read_capped(response: httpx.Response, limit: int, described: str) -> bytes:
+    """The body, refused as soon as it passes `limit` bytes (error bodies: truncated)."""
+    declared = response.headers.get("content-length", "")
+    too_big = errors.OpenCostResponseError(
+        f"the body is larger than {limit} bytes; refusing it (shard the CostJob with "
+        "spec.sharding to get smaller answers)",
+        query=described,
+    )
+    if response.status_code == 200 and declared.isdigit() and int(declared) > limit:
+        raise too_big
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            if response.status_code != 200:
+                return bytes(body[:limit])
+            raise too_big
+    return bytes(body)
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a `Retry-After` header (delay-seconds or HTTP-date), or None."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
+
+
+def _raise_http(status: int, body: bytes, described: str, note: str) -> NoReturn:
+    message = parse.error_message(body)
+    raise errors.OpenCostHTTPError(
+        status, f"{message} ({note})" if note else message, query=described
+    )
 
 
 def _describe(params: dict[str, str]) -> str:
@@ -262,7 +342,7 @@ def _claim(batch: list[allocation.AllocationRow], seen: set[str]) -> None:
     for r in batch:
         if r.name in seen:
             raise errors.OpenCostResponseError(
-                f"allocation {r.name!r} came back from two namespace shards"
+                f"allocation {parse.short(r.name)} came back from two namespace shards"
             )
         seen.add(r.name)
 

@@ -24,6 +24,8 @@ DEFAULT_STEP = "1h"
 DEFAULT_RESOLUTION = "1m"
 DEFAULT_NAMESPACES_PER_SHARD = 25
 DEFAULT_CONCURRENCY = 4
+# A whole hour of a 10,000-container cluster is about 20 MiB; past this, shard the CostJob.
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
 
 _TIMEOUT_FIELDS = timeouts.BY_ATTRIBUTE
@@ -128,6 +130,7 @@ class OpenCostConfig:
     resolution: str = DEFAULT_RESOLUTION
     fetch_timeout: dt.timedelta = _TIMEOUT_FIELDS["opencost_fetch"].default
     sharding: Sharding | None = None
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 
     @classmethod
     def from_sources(cls, spec: Mapping[str, object], env: Mapping[str, str]) -> OpenCostConfig:

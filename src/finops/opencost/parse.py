@@ -1,8 +1,11 @@
 """Turn OpenCost `/allocation` response bodies into `AllocationRow`s, exactly and without I/O.
 
 Numbers are parsed from the JSON text as `Decimal` (never float); OpenCost writes NaN/Inf as
-`null`, which becomes zero. `data` is a list with one map per step; empty steps (`{}`) are
-skipped, and an allocation that appears in several steps is merged into one row for the hour.
+`null`, which becomes zero. A body that is not OpenCost's is refused with a message naming the
+allocation and field: a bare `NaN`/`Infinity`, a negative quantity, a string longer than any
+Kubernetes name or label could be, or a row outside the hour that was asked for. `data` is a
+list with one map per step; empty steps (`{}`) are skipped, and an allocation that appears in
+several steps is merged into one row for the hour.
 
 Pseudo-allocations (see research/opencost-api.md §7):
 - `__unallocated__` (e.g. `kube-system/__unallocated__`) and `__unmounted__` rows are KEPT.
@@ -26,6 +29,7 @@ from typing import Any
 from finops.billing import allocation
 from finops.opencost import errors
 
+HOUR = dt.timedelta(hours=1)
 IDLE = "__idle__"
 UNALLOCATED = "__unallocated__"
 UNMOUNTED = "__unmounted__"
@@ -67,6 +71,11 @@ _SUMS = (
 )
 # Enough digits that a merged average times its hours gives back the summed integral.
 _MERGE_CONTEXT = decimal.Context(prec=50)
+# No Kubernetes name or label is anywhere near this; a longer string is not OpenCost's.
+MAX_TEXT = 2048
+# Kubernetes caps an object's labels and annotations at 256 KiB in total.
+MAX_LABELS_TEXT = 256 * 1024
+_SHORT = 80
 
 
 def _reject_constant(name: str) -> Any:
@@ -78,25 +87,56 @@ def load_json(body: str | bytes) -> object:
     return json.loads(body, parse_float=Decimal, parse_constant=_reject_constant)
 
 
+def short(text: str) -> str:
+    """`text` cut for an error message: a hostile 10 MB name must not become a 10 MB error."""
+    if len(text) <= _SHORT:
+        return repr(text)
+    return f"{text[:_SHORT]!r}… ({len(text)} characters)"
+
+
+def _non_finite(value: object, path: str = "") -> tuple[str, Decimal] | None:
+    """(dotted path, value) of the first NaN/Infinity inside `value`, or None."""
+    if isinstance(value, Decimal) and not value.is_finite():
+        return path, value
+    children: Iterable[tuple[str, object]] = ()
+    if isinstance(value, dict):
+        children = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        children = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    for where, child in children:
+        found = _non_finite(child, where)
+        if found is not None:
+            return found
+    return None
+
+
 def decode(body: str | bytes, *, query: str = "") -> list[Step]:
     """Unwrap the `{code, data}` envelope (with or without `status`) into its step maps.
 
     Raises `OpenCostHTTPError` for an envelope whose `code` is an error, and
     `OpenCostResponseError` for anything that is not the allocation JSON shape.
     """
+    constants: list[str] = []
+
+    def constant(name: str) -> Decimal:
+        constants.append(name)
+        return Decimal(name)  # NaN, Infinity, -Infinity: found and named below
+
     try:
-        doc = load_json(body)
+        doc = json.loads(body, parse_float=Decimal, parse_constant=constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.OpenCostResponseError(f"body is not JSON ({exc})", query=query) from exc
     if not isinstance(doc, dict):
         raise errors.OpenCostResponseError("body is not a JSON object", query=query)
     code = doc.get("code", 200)
     if isinstance(code, bool) or not isinstance(code, int):
-        raise errors.OpenCostResponseError(f"`code` is not an integer: {code!r}", query=query)
+        raise errors.OpenCostResponseError(
+            f"`code` is not an integer: {_clip(repr(code), 100)}", query=query
+        )
     if code != 200:
         message = doc.get("message")
         raise errors.OpenCostHTTPError(
-            code, str(message) if message else "error without message", query=query
+            code, _clip(str(message)) if message else "error without message", query=query
         )
     data = doc.get("data")
     if not isinstance(data, list):
@@ -110,10 +150,25 @@ def decode(body: str | bytes, *, query: str = "") -> list[Step]:
         for name, item in step.items():
             if not isinstance(item, dict):
                 raise errors.OpenCostResponseError(
-                    f"step {index}: allocation {name!r} is not an object", query=query
+                    f"step {index}: allocation {short(name)} is not an object", query=query
+                )
+            found = _non_finite(item) if constants else None
+            if found is not None:
+                raise errors.OpenCostResponseError(
+                    f"allocation {short(name)}: `{_clip(found[0], 200)}` is {found[1]}, "
+                    "not a finite number",
+                    query=query,
                 )
         steps.append(step)
+    if constants:  # outside any allocation (e.g. in the envelope)
+        raise errors.OpenCostResponseError(
+            f"body holds the non-standard JSON constant {constants[0]}", query=query
+        )
     return steps
+
+
+def _clip(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def error_message(body: str | bytes) -> str:
@@ -124,9 +179,9 @@ def error_message(body: str | bytes) -> str:
     except ValueError:
         doc = None
     if isinstance(doc, dict) and doc.get("message"):
-        return str(doc["message"]).strip()
+        return _clip(str(doc["message"]).strip())
     text = text.strip()
-    return text[:500] if text else "empty body"
+    return _clip(text) if text else "empty body"
 
 
 def is_idle(name: str) -> bool:
@@ -148,17 +203,22 @@ class _Fields:
         self.query = query
 
     def fail(self, what: str) -> errors.OpenCostResponseError:
-        return errors.OpenCostResponseError(f"allocation {self.name!r}: {what}", query=self.query)
+        return errors.OpenCostResponseError(
+            f"allocation {short(self.name)}: {what}", query=self.query
+        )
 
-    def number(self, obj: Mapping[str, object], key: str) -> Decimal:
+    def quantity(self, obj: Mapping[str, object], key: str) -> Decimal:
+        """A non-negative number; null is zero (OpenCost's NaN)."""
         value = obj.get(key)
         if value is None:
             return allocation.ZERO
-        if isinstance(value, Decimal):
-            return value
         if isinstance(value, int) and not isinstance(value, bool):
-            return Decimal(value)
-        raise self.fail(f"`{key}` is not a number: {value!r}")
+            value = Decimal(value)
+        if not isinstance(value, Decimal):
+            raise self.fail(f"`{key}` is not a number: {short(str(value))}")
+        if value < 0:
+            raise self.fail(f"`{key}` is negative ({value}); usage cannot be")
+        return value
 
     def time(self, key: str) -> dt.datetime:
         value = self.item.get(key)
@@ -180,10 +240,22 @@ class _Fields:
             raise self.fail(f"`{key}` is not an object")
         return value
 
-    @staticmethod
-    def text(obj: Mapping[str, object], key: str) -> str:
+    def text(self, obj: Mapping[str, object], key: str) -> str:
         value = obj.get(key)
-        return value if isinstance(value, str) else ""
+        if not isinstance(value, str):
+            return ""
+        if len(value) > MAX_TEXT:
+            raise self.fail(f"`{key}` is {len(value)} characters long, more than {MAX_TEXT}")
+        return value
+
+    def labels(self, props: Mapping[str, object]) -> dict[str, str]:
+        labels = {k: v for k, v in self.mapping(props, "labels").items() if isinstance(v, str)}
+        size = sum(len(k) + len(v) for k, v in labels.items())
+        if size > MAX_LABELS_TEXT:
+            raise self.fail(
+                f"`properties.labels` hold {size} characters, more than {MAX_LABELS_TEXT}"
+            )
+        return labels
 
 
 def row(
@@ -201,13 +273,15 @@ def row(
     ledger scopes rows by the former.
     """
     f = _Fields(name, item, query)
+    if len(name) > MAX_TEXT:
+        raise f.fail(f"the name is {len(name)} characters long, more than {MAX_TEXT}")
     props = f.mapping(item, "properties")
-    labels = {k: v for k, v in f.mapping(props, "labels").items() if isinstance(v, str)}
-    quantities = {field: f.number(item, key) for field, key in _QUANTITIES.items()}
+    labels = f.labels(props)
+    quantities = {field: f.quantity(item, key) for field, key in _QUANTITIES.items()}
     # gpuUsageAverage moved from the top level (OC 2024) into gpuAllocation (OC 1.121).
-    gpu_usage = f.number(item, "gpuUsageAverage")
+    gpu_usage = f.quantity(item, "gpuUsageAverage")
     if "gpuUsageAverage" not in item:
-        gpu_usage = f.number(f.mapping(item, "gpuAllocation"), "gpuUsageAverage")
+        gpu_usage = f.quantity(f.mapping(item, "gpuAllocation"), "gpuUsageAverage")
     return allocation.AllocationRow(
         cluster=cluster,
         name=name,
@@ -225,6 +299,21 @@ def row(
         gpu_usage_average=gpu_usage,
         **quantities,
     )
+
+
+def check_hour(
+    rows: Iterable[allocation.AllocationRow], hour: dt.datetime, *, query: str = ""
+) -> None:
+    """Every row must lie inside the hour asked for: OpenCost clips allocations to the window,
+    so a row outside it is an answer to some other question (e.g. the wrong window)."""
+    end_of_hour = hour + HOUR
+    for r in rows:
+        if r.start < hour or r.end > end_of_hour or r.end < r.start:
+            raise errors.OpenCostResponseError(
+                f"allocation {short(r.name)}: runs {r.start.isoformat()} to {r.end.isoformat()},"
+                f" outside the requested window {hour.isoformat()} to {end_of_hour.isoformat()}",
+                query=query,
+            )
 
 
 def _weighted(values: Sequence[tuple[Decimal, Decimal]]) -> Decimal:
