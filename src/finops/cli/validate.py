@@ -9,6 +9,7 @@ Objects of other API groups (a Deployment next to a CostJob) are skipped.
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 from collections.abc import Iterator, Sequence
@@ -52,8 +53,10 @@ def _label(obj: dict[str, Any]) -> str:
 def check_file(path: pathlib.Path) -> list[str]:
     """Problem lines for one file (unreadable files and YAML errors are problems too)."""
     try:
-        documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-    except (OSError, yaml.YAMLError) as exc:
+        text = path.read_text(encoding="utf-8")
+        # JSON is read as JSON: YAML is not quite a superset (escapes, some characters).
+        documents = [json.loads(text)] if path.suffix == ".json" else list(yaml.safe_load_all(text))
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
         return [f"{path}: {type(exc).__name__}: {exc}".replace("\n", " ")]
     lines = []
     for doc in documents:

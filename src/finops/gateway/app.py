@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -113,7 +114,10 @@ def _instant(params: Mapping[str, str], key: str) -> dt.datetime:
         raise BadRequest(f"{key!r} is not an RFC3339 time: {raw!r}") from None
     if value.tzinfo is None or value.utcoffset() is None:
         raise BadRequest(f"{key!r} must carry a UTC offset or Z: {raw!r}")
-    return value.astimezone(dt.UTC)
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise BadRequest(f"{key!r} is out of range in UTC: {raw!r}") from None
 
 
 def parse_window(params: Mapping[str, str]) -> tuple[dt.datetime, dt.datetime]:
@@ -124,6 +128,21 @@ def parse_window(params: Mapping[str, str]) -> tuple[dt.datetime, dt.datetime]:
     if end - start > MAX_WINDOW:
         raise BadRequest(f"the window may span at most {MAX_WINDOW.days} days")
     return start, end
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def check_names(path_params: Mapping[str, str]) -> None:
+    """Refuse a namespace or Subscription name Kubernetes could never have: no such rows exist,
+    and such text (a NUL byte, say) must not reach the authoriser or the ledger query."""
+    namespace = path_params.get("namespace", "")
+    if not _DNS_LABEL.fullmatch(namespace):
+        raise BadRequest(f"{namespace[:80]!r} is not a valid namespace name (RFC 1123 label)")
+    name = path_params.get("name")
+    if name is not None and (len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name)):
+        raise BadRequest(f"{name[:80]!r} is not a valid Subscription name (RFC 1123 subdomain)")
 
 
 def _rfc3339(value: dt.datetime) -> str:
@@ -192,6 +211,10 @@ def _guard(settings: Settings, ledger: Callable[[], pool.Pool], authorizer: Auth
 
     async def guarded(request: Request, query: Query) -> JSONResponse:
         namespace = request.path_params["namespace"]
+        try:
+            check_names(request.path_params)
+        except BadRequest as exc:
+            return _error(400, str(exc))
         verdict = await authorizer.check(request.headers.get("authorization"), namespace)
         if verdict != 200:
             return _error(verdict, _REFUSALS.get(verdict, "refused"))
