@@ -2,8 +2,10 @@
 
 Startup: probes come up first (a standby replica is alive and ready too), then the Lease is
 acquired when `--leader-elect` is set; only the leader starts watches and workers. SIGTERM
-stops the workers, releases the Lease so a standby takes over at once, and exits 0. Losing
-the Lease (renewal past its deadline) exits non-zero so the pod restarts as a standby.
+stops the workers, releases the Lease so a standby takes over at once, and exits 0. When the
+Lease cannot be renewed in time (API server unreachable) the workers pause and resume once it
+is renewed, without a restart; seeing another replica hold the Lease exits non-zero so the
+pod restarts as a standby.
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ class Manager:
         self.client = client
         self.settings = settings
         self.queue: workqueue.WorkQueue[Key] = workqueue.WorkQueue()
+        # Cleared while the Lease cannot be renewed: workers hold still, caches keep syncing.
+        self.leading = asyncio.Event()
+        self.leading.set()
         owned = {costjob.MANAGED_BY_LABEL: costjob.MANAGED_BY}
         self.pricebooks = watch.Source(client, resources.PriceBook, self._on_pricebook)
         self.sources = [
@@ -163,8 +168,18 @@ class Manager:
             for key in self.resync_keys():
                 self.enqueue(key)
 
+    def pause(self) -> None:
+        """Stop taking keys (the Lease could not be renewed); in-flight ones finish."""
+        self.leading.clear()
+        metrics.LEADER.labels(name=leader.ELECTION_ID).set(0)
+
+    def resume(self) -> None:
+        self.leading.set()
+        metrics.LEADER.labels(name=leader.ELECTION_ID).set(1)
+
     async def _worker(self) -> None:
         while True:
+            await self.leading.wait()
             try:
                 key = await self.queue.get()
             except workqueue.ShutDownError:
@@ -324,7 +339,8 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
         manager = Manager(client, settings, ledger_dsn=ledger_dsn)
         jobs: list[asyncio.Task[Any]] = [asyncio.create_task(manager.run(stop))]
         if elector is not None:
-            jobs.append(asyncio.create_task(elector.keep_renewing(stop)))
+            renewing = elector.keep_renewing(stop, manager.pause, manager.resume)
+            jobs.append(asyncio.create_task(renewing))
         code = await _until_first_ends(jobs, stop)
     except webhooks.StartError as exc:
         log.error("webhook server failed to start", extra={"error": str(exc)})
@@ -361,7 +377,7 @@ async def _until_first_ends(jobs: list[asyncio.Task[Any]], stop: asyncio.Event) 
     for task in done:
         exc = task.exception()
         if isinstance(exc, leader.LostLeadershipError):
-            log.error("lost leadership; exiting", extra={"error": str(exc)})
+            log.error("another replica leads now; exiting", extra={"error": str(exc)})
             code = 1
         elif exc is not None:
             log.error("manager failed", extra={"error": repr(exc)})

@@ -102,6 +102,7 @@ class ControlPlane:
         self.client_cert = self.dir / "admin.crt"
         self.client_key = self.dir / "admin.key"
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._apiserver_args: list[str] = []
         self._client_ca = tls.TinyCA("finops-test-client-ca")
         self._serving_ca = tls.TinyCA("finops-test-serving-ca")
 
@@ -132,7 +133,7 @@ class ControlPlane:
         self.stop()
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        out = (self.dir / f"{name}.log").open("wb")
+        out = (self.dir / f"{name}.log").open("ab")  # a restarted process appends
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=self.dir)
         out.close()
         self._procs.append((name, proc))
@@ -177,29 +178,27 @@ class ControlPlane:
         client_ca.write_bytes(self._client_ca.cert_pem)
         self._client_ca.client("admin", ["system:masters"]).write(self.dir, "admin")
         sa_pub, sa_key = tls.rsa_key_pair().write(self.dir, "sa-signer")
-        self._spawn(
-            "kube-apiserver",
-            [
-                str(self.bin_dir / "kube-apiserver"),
-                "--allow-privileged=true",
-                "--authorization-mode=RBAC",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.port}",
-                f"--cert-dir={self.dir}",
-                f"--tls-cert-file={serving_crt}",
-                f"--tls-private-key-file={serving_key}",
-                f"--client-ca-file={client_ca}",
-                "--disable-admission-plugins=ServiceAccount",
-                f"--etcd-servers={etcd_url}",
-                f"--service-account-issuer={self.server}/",
-                f"--service-account-key-file={sa_pub}",
-                f"--service-account-signing-key-file={sa_key}",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--enable-priority-and-fairness=false",
-                "--profiling=false",
-            ],
-        )
+        self._apiserver_args = [
+            str(self.bin_dir / "kube-apiserver"),
+            "--allow-privileged=true",
+            "--authorization-mode=RBAC",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            f"--cert-dir={self.dir}",
+            f"--tls-cert-file={serving_crt}",
+            f"--tls-private-key-file={serving_key}",
+            f"--client-ca-file={client_ca}",
+            "--disable-admission-plugins=ServiceAccount",
+            f"--etcd-servers={etcd_url}",
+            f"--service-account-issuer={self.server}/",
+            f"--service-account-key-file={sa_pub}",
+            f"--service-account-signing-key-file={sa_key}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--enable-priority-and-fairness=false",
+            "--profiling=false",
+        ]
+        self._spawn("kube-apiserver", self._apiserver_args)
         self._write_kubeconfig()
 
     def _write_kubeconfig(self) -> None:
@@ -254,6 +253,25 @@ class ControlPlane:
         raise ControlPlaneError(
             f"{name} not ready after {self.start_timeout}s:\n{self.log_tail(name)}"
         )
+
+    # -- faults (tests/faults) -----------------------------------------------------------------
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver only (etcd keeps the data); `start_apiserver` brings it back."""
+        for entry in [e for e in self._procs if e[0] == "kube-apiserver"]:
+            stop_process(entry[1], timeout=15)
+            self._procs.remove(entry)
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on the same port, certificates and etcd; wait for it."""
+        if any(name == "kube-apiserver" for name, _ in self._procs):
+            raise ControlPlaneError("kube-apiserver is already running")
+        self._spawn("kube-apiserver", self._apiserver_args)
+        self._wait_ready()
+
+    def apiserver_pid(self) -> int:
+        """Process id of the running kube-apiserver (to freeze it with SIGSTOP/SIGCONT)."""
+        return dict(self._procs)["kube-apiserver"].pid
 
     # -- clients -------------------------------------------------------------------------------
 

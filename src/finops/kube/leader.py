@@ -144,22 +144,52 @@ class LeaderElector:
             await _wait(stop, self.retry_period * (1 + random.random() * 0.2))
         return False
 
-    async def keep_renewing(self, stop: asyncio.Event) -> None:
-        """Renew every retry period; raise `LostLeadershipError` past the renew deadline."""
+    async def keep_renewing(
+        self,
+        stop: asyncio.Event,
+        on_pause: Callable[[], None] = lambda: None,
+        on_resume: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Renew every retry period; pause work past the renew deadline, resume on renewal.
+
+        An unreachable API server is not a reason to restart: past the renew deadline this
+        replica stops acting (`on_pause`) and keeps trying; once it renews the Lease again it
+        resumes (`on_resume`) with the same identity. Only seeing another holder with a live
+        Lease raises `LostLeadershipError`, so the process exits and comes back as a standby.
+        Each round is bounded by the renew deadline, so a hung API server cannot stall it.
+        """
         last_renew = self._monotonic()
+        paused = False
         while not stop.is_set():
             await _wait(stop, self.retry_period)
             if stop.is_set():
                 return
+            renewed = False
             try:
-                if await self.try_acquire_or_renew():
-                    last_renew = self._monotonic()
-                    continue
+                async with asyncio.timeout(self.renew_deadline):
+                    renewed = await self.try_acquire_or_renew()
             except Exception as exc:
-                log.warning("lease renewal failed", extra={"error": str(exc)})
-            if self._monotonic() - last_renew > self.renew_deadline:
+                log.warning("lease renewal failed", extra={"error": str(exc) or repr(exc)})
+            if renewed:
+                last_renew = self._monotonic()
+                if paused:
+                    paused, self.is_leader = False, True
+                    log.info("lease renewed again; resuming work", extra=self._extra())
+                    on_resume()
+                continue
+            holder = self._observed_record[0] if self._observed_record else None
+            if holder and holder != self.identity:
                 self.is_leader = False
-                raise LostLeadershipError(f"could not renew lease {self.namespace}/{self.name}")
+                raise LostLeadershipError(
+                    f"lease {self.namespace}/{self.name} is now held by {holder}"
+                )
+            if not paused and self._monotonic() - last_renew > self.renew_deadline:
+                paused, self.is_leader = True, False
+                log.warning("could not renew the lease in time; pausing work", extra=self._extra())
+                on_pause()
+
+    def _extra(self) -> dict[str, str]:
+        return {"lease": f"{self.namespace}/{self.name}", "identity": self.identity}
 
     async def release(self) -> None:
         """Give the lease up on graceful shutdown so a standby takes over at once."""

@@ -2,7 +2,8 @@
 
 Level-triggered by construction: the callback gets (old, new) and decides which keys to
 enqueue; a relist (first start, 410 Gone, broken stream) replays every object and reports
-the ones that vanished meanwhile as deletions, so nothing is missed across a gap.
+the ones that vanished meanwhile as deletions, so nothing is missed across a gap. Failed
+relists back off up to 10 s, so the manager catches up soon after an API server outage.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Source:
         *,
         namespaced: bool = True,
         labels: dict[str, str] | None = None,
-        max_backoff: float = 30.0,
+        max_backoff: float = 10.0,
     ) -> None:
         self.client = client
         self.res = res
