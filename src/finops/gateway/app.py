@@ -170,6 +170,11 @@ def _focus_handler(
 
     async def focus_rows(request: Request) -> Response:
         namespace: str | None = request.path_params.get("namespace")
+        if namespace is not None:
+            try:
+                check_names(request.path_params)
+            except BadRequest as exc:
+                return _error(400, str(exc))
         verdict = await authorizer.check(request.headers.get("authorization"), namespace or "")
         if verdict != 200:
             refusal = _REFUSALS.get(verdict, "refused")
