@@ -143,3 +143,59 @@ def test_the_controller_rides_out_a_30s_api_server_outage_without_a_restart(
         code = proc.stop()
         print(proc.logs()[-4000:])
     assert code == 0, "a graceful stop after the outage exits 0"
+
+
+def test_with_a_standby_the_lease_is_kept_or_handed_over_cleanly(
+    own_kube: controlplane.ControlPlane,
+) -> None:
+    """Leader and standby both lose the API server for 30 s (stopped, then restarted).
+
+    Whichever wins the Lease afterwards, exactly one replica acts: either the leader kept it
+    (the standby never led) or the standby took it over (one more leaseTransition, and the old
+    leader exited non-zero to come back as a standby). No Event is recorded twice.
+    """
+    kube = own_kube
+    ns, elsewhere = f"f-{uuid.uuid4().hex[:8]}", f"f-{uuid.uuid4().hex[:8]}"
+    for name in (ns, elsewhere):
+        kube.create_namespace(name)
+    first = ControllerProcess(kube, namespace=ns, args=["--leader-elect"]).start()
+    second: ControllerProcess | None = None
+    try:
+        wait_for(lambda: "became leader" in first.logs(), what="the first replica leads")
+        second = ControllerProcess(kube, namespace=ns, args=["--leader-elect"]).start()
+        new_costjob(kube, ns, "before")
+        new_costjob(kube, elsewhere, "refused")
+        wait_for(lambda: has_cronjob(kube, ns, "before"), what="CronJob of 'before'")
+        wait_for(lambda: len(event_counts(kube, ns, elsewhere)) >= 2, what="the first Events")
+        held = lease(kube, ns)
+
+        outage(kube, "stopped")
+        wait_for(
+            lambda: lease(kube, ns).get("renewTime", "") > held["renewTime"],
+            timeout=RECOVERY_TIMEOUT,
+            what="a lease renewal after the outage",
+        )
+        new_costjob(kube, ns, "after")
+        wait_for(lambda: has_cronjob(kube, ns, "after"), timeout=RECOVERY_TIMEOUT, what="'after'")
+        after = lease(kube, ns)
+        assert first.proc is not None and second.proc is not None
+        if after["holderIdentity"] == held["holderIdentity"]:
+            outcome = "kept"
+            assert after.get("leaseTransitions", 0) == held.get("leaseTransitions", 0)
+            assert first.proc.poll() is None and "became leader" not in second.logs()
+        else:
+            outcome = "handed over"
+            assert after.get("leaseTransitions", 0) == held.get("leaseTransitions", 0) + 1
+            assert "became leader" in second.logs()
+            wait_for(lambda: first.proc.poll() is not None, what="the old leader exits")
+            assert first.proc.returncode == 1 and "another replica leads now" in first.logs()
+
+        time.sleep(5)  # a few resyncs (every 3 s) to show any duplicate Event
+        counts = event_counts(kube, ns, elsewhere)
+        duplicates = {key: n for key, n in counts.items() if n > 1}
+        assert not duplicates, f"duplicate Events ({outcome}): {duplicates}"
+        print(f"apiserver outage with a standby: lease {outcome}, events {dict(counts)}")
+    finally:
+        first.stop(signal.SIGKILL)
+        if second is not None:
+            second.stop(signal.SIGKILL)

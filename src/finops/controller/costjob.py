@@ -248,6 +248,18 @@ def scheduled_condition(
     )
 
 
+def already_refused(costjob: Mapping[str, Any]) -> bool:
+    """The status already records this generation's refusal, so its Event was recorded (by
+    this replica or one that led before it, e.g. before an API server outage)."""
+    status = costjob.get("status") or {}
+    cond = conditions.find(status.get("conditions"), SCHEDULED) or {}
+    return (
+        cond.get("status") == "False"
+        and cond.get("reason") == "NamespaceNotAllowed"
+        and cond.get("observedGeneration") == (costjob.get("metadata") or {}).get("generation")
+    )
+
+
 def owned_by(obj: Mapping[str, Any], costjob: Mapping[str, Any]) -> bool:
     uid = costjob["metadata"]["uid"]
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
@@ -273,7 +285,8 @@ class Reconciler:
     settings: config.Settings
     controller: str = CONTROLLER
     _refused: set[str] = dataclasses.field(default_factory=set)
-    """UIDs refused by this process: the Warning Event is recorded once, not every resync."""
+    """UIDs refused by this process: the Warning Event is recorded once, not every resync
+    (nor again by a replica that takes over: see `already_refused`)."""
 
     async def reconcile(self, key: tuple[str, str, str]) -> float | None:
         _, namespace, name = key
@@ -301,7 +314,7 @@ class Reconciler:
             if existing is not None and owned_by(existing, costjob):
                 removed |= await kube_client.delete(self.client, res, obj_name, ns)
         uid = str(costjob["metadata"]["uid"])
-        if removed or uid not in self._refused:
+        if removed or (uid not in self._refused and not already_refused(costjob)):
             self._refused.add(uid)
             cond = scheduled_condition(False, ns, self.settings)
             await events.record(self.client, costjob, events.WARNING, cond.reason, cond.message)
