@@ -95,6 +95,8 @@ class Manager:
         # Cleared while the Lease cannot be renewed: workers hold still, caches keep syncing.
         self.leading = asyncio.Event()
         self.leading.set()
+        # With leader election: whether the Lease is fresh enough to act on (see leader.holds).
+        self.may_act: Callable[[], bool] = lambda: True
         owned = {costjob.MANAGED_BY_LABEL: costjob.MANAGED_BY}
         self.pricebooks = watch.Source(client, resources.PriceBook, self._on_pricebook)
         self.sources = [
@@ -185,6 +187,8 @@ class Manager:
             except workqueue.ShutDownError:
                 return
             metrics.WORKQUEUE_DEPTH.labels(name=QUEUE_NAME).set(len(self.queue))
+            while not self.may_act():  # renewal overdue: hold the key until it is renewed
+                await asyncio.sleep(0.1)
             rec = self.reconcilers[key[0]]
             started = time.monotonic()
             try:
@@ -339,6 +343,7 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
         manager = Manager(client, settings, ledger_dsn=ledger_dsn)
         jobs: list[asyncio.Task[Any]] = [asyncio.create_task(manager.run(stop))]
         if elector is not None:
+            manager.may_act = elector.holds
             renewing = elector.keep_renewing(stop, manager.pause, manager.resume)
             jobs.append(asyncio.create_task(renewing))
         code = await _until_first_ends(jobs, stop)

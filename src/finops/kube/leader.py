@@ -61,7 +61,18 @@ class LeaderElector:
         self._monotonic = monotonic
         self._observed_record: tuple[Any, ...] | None = None
         self._observed_at = 0.0
+        self._renewed_at: float | None = None
         self.is_leader = False
+
+    def holds(self) -> bool:
+        """Whether the last successful round began within the renew deadline: safe to act.
+
+        Why: a process frozen past its Lease (SIGSTOP, a stalled VM) must not act on waking
+        before its next round finds out that another replica leads now.
+        """
+        if self._renewed_at is None:
+            return False
+        return self._monotonic() - self._renewed_at < self.renew_deadline
 
     def _lease_body(
         self, spec: dict[str, Any], meta: dict[str, Any] | None = None
@@ -75,6 +86,13 @@ class LeaderElector:
 
     async def try_acquire_or_renew(self) -> bool:
         """One round: True when this replica holds the lease afterwards."""
+        started = self._monotonic()
+        won = await self._contend()
+        if won:
+            self._renewed_at = started
+        return won
+
+    async def _contend(self) -> bool:
         now = dt.datetime.now(dt.UTC)
         lease = await kube_client.get_or_none(
             self.client, kube_client.Lease, self.name, self.namespace
