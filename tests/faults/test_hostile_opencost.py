@@ -149,6 +149,11 @@ CASES = [
         (replay.Fault("drip", body=b" " * MiB, chunk=MiB, repeat=65),),
         ("larger than 67108864 bytes",),
     ),
+    Case(  # no Content-Length: refused while streaming, once past the cap
+        "oversized-body-undeclared",
+        (replay.Fault("drip", body=b" " * MiB, chunk=MiB, repeat=100, declare_length=False),),
+        ("larger than 67108864 bytes",),
+    ),
 ]
 
 

@@ -656,7 +656,8 @@ class Fault:
     `headers` and `body` as given; `mutate` answers 200 with the normal answer's document
     passed through `mutate` (floats are written as Python's `json` does: `NaN`, `Infinity`);
     `drip` (slow-loris) sends the headers at once, then the body (`body`, else the normal
-    answer) repeated `repeat` times, `chunk` bytes every `interval` seconds. A fault
+    answer) repeated `repeat` times, `chunk` bytes every `interval` seconds, with no
+    Content-Length when `declare_length` is false (the body then ends with the connection). A fault
     matches requests whose filter names `namespace` (None: all) and whose aggregate is
     `aggregate` (None: all), at most `times` times (None: always).
     """
@@ -674,6 +675,7 @@ class Fault:
     interval: float = 0.0
     chunk: int = 1
     repeat: int = 1
+    declare_length: bool = True
 
 
 @dataclasses.dataclass(slots=True)
@@ -875,11 +877,15 @@ def _handler_for(server: ReplayServer) -> type[http.server.BaseHTTPRequestHandle
                 self.wfile.write(body)
 
         def _head(
-            self, status: int, ctype: str, length: int, headers: Iterable[tuple[str, str]]
+            self, status: int, ctype: str, length: int | None, headers: Iterable[tuple[str, str]]
         ) -> None:
+            """Status and headers; without a `length` the body runs until the connection closes."""
             self.send_response(status)
             self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(length))
+            if length is None:
+                self.close_connection = True
+            else:
+                self.send_header("Content-Length", str(length))
             for name, value in headers:
                 self.send_header(name, value)
             self.end_headers()
@@ -890,9 +896,8 @@ def _handler_for(server: ReplayServer) -> type[http.server.BaseHTTPRequestHandle
             if body is None:
                 body = server.answer(path, params)[2]
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self._head(
-                    fault.status, "application/json", len(body) * fault.repeat, fault.headers
-                )
+                length = len(body) * fault.repeat if fault.declare_length else None
+                self._head(fault.status, "application/json", length, fault.headers)
                 self.wfile.flush()
                 for _ in range(fault.repeat):
                     for i in range(0, len(body), max(1, fault.chunk)):
