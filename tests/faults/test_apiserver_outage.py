@@ -1,13 +1,15 @@
 """The API server goes away for 30 s under a running, leader-elected controller (issue #16, 4).
 
-Two outages, each on a control plane of this module's own (the session's is left alone):
+Two kinds of outage, on a control plane of this module's own (the session's is left alone):
 - `stopped`: kube-apiserver is stopped (connections refused) and started again after 30 s on
   the same port, with the same certificates and the same etcd, so no data is lost;
 - `frozen`: kube-apiserver is sent SIGSTOP and, 30 s later, SIGCONT (connections hang).
 
-Invariant: the controller process survives without a restart (same pid, never exits), keeps
-its Lease (same holder identity, no extra leaseTransitions, renewals resume), reconciles a
-change made after the outage, and records no duplicate Events (each object/reason once).
+Invariant with one replica: the controller survives without a restart (same pid, never
+exits), keeps its Lease (same holder identity, no extra leaseTransitions, renewals resume),
+reconciles a change made after the outage, and records no duplicate Events (each
+object/reason once). With a standby and a leader frozen through the outage: the Lease is
+handed over cleanly (see that test).
 """
 
 from __future__ import annotations
