@@ -819,94 +819,91 @@ def _steps(
         s += step
 
 
+def _faulty_answer(
+    server: ReplayServer, fault: Fault | None, path: str, params: Mapping[str, str]
+) -> tuple[int, str, bytes]:
+    """Status, content type and body for a request, as the armed `fault` (if any) has it."""
+    if fault is None or fault.kind == "slow":
+        return server.answer(path, params)
+    if fault.kind == "http500":
+        return 500, "application/json", dumps({"code": 500, "data": None, "message": fault.message})
+    if fault.kind == "http400":
+        return 400, "text/plain; charset=utf-8", f"{fault.message}\n".encode()
+    if fault.kind == "raw":
+        return fault.status, "application/json", fault.body or b""
+    status, ctype, body = server.answer(path, params)
+    if fault.kind == "mutate":
+        if status == 200 and fault.mutate is not None:
+            body = dumps(fault.mutate(parse.load_json(body)))
+        return status, ctype, body
+    return 200, ctype, body[: max(1, len(body) // 2)]  # bad_json: cut off mid-document
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """One request; `replay` is the ReplayServer (set on a subclass per server)."""
+
+    replay: ReplayServer
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        params = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+        self.replay._enter(Recorded(url.path, url.query, params))
+        try:
+            self._serve(url.path, params)
+        finally:
+            self.replay._leave()
+
+    def _serve(self, path: str, params: dict[str, str]) -> None:
+        fault = self.replay._take_fault(params)
+        if fault is not None and fault.delay and self.replay._stopping.wait(fault.delay):
+            return
+        if fault is not None and fault.kind == "drip":
+            self._drip(fault, path, params)
+            return
+        status, ctype, body = _faulty_answer(self.replay, fault, path, params)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self._head(status, ctype, len(body), fault.headers if fault is not None else ())
+            self.wfile.write(body)
+
+    def _head(
+        self, status: int, ctype: str, length: int | None, headers: Iterable[tuple[str, str]]
+    ) -> None:
+        """Status and headers; without a `length` the body runs until the connection closes."""
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        if length is None:
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(length))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+
+    def _drip(self, fault: Fault, path: str, params: dict[str, str]) -> None:
+        """Slow-loris: headers now, then the body a few bytes at a time (stop aborts)."""
+        body = fault.body
+        if body is None:
+            body = self.replay.answer(path, params)[2]
+        step = max(1, fault.chunk)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            length = len(body) * fault.repeat if fault.declare_length else None
+            self._head(fault.status, "application/json", length, fault.headers)
+            self.wfile.flush()
+            for _ in range(fault.repeat):
+                for i in range(0, len(body), step):
+                    if fault.interval and self.replay._stopping.wait(fault.interval):
+                        return
+                    self.wfile.write(body[i : i + step])
+                    self.wfile.flush()
+
+
 def _handler_for(server: ReplayServer) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body go out as separate writes
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            params = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
-            server._enter(Recorded(url.path, url.query, params))
-            try:
-                self._serve(url.path, params)
-            finally:
-                server._leave()
-
-        def _serve(self, path: str, params: dict[str, str]) -> None:
-            fault = server._take_fault(params)
-            if fault is not None and fault.delay and server._stopping.wait(fault.delay):
-                return
-            if fault is not None and fault.kind == "drip":
-                self._drip(fault, path, params)
-                return
-            if fault is None or fault.kind == "slow":
-                status, ctype, body = server.answer(path, params)
-            elif fault.kind == "http500":
-                status, ctype = 500, "application/json"
-                body = dumps({"code": 500, "data": None, "message": fault.message})
-            elif fault.kind == "http400":
-                status, ctype, body = (
-                    400,
-                    "text/plain; charset=utf-8",
-                    f"{fault.message}\n".encode(),
-                )
-            elif fault.kind == "raw":
-                status, ctype, body = fault.status, "application/json", fault.body or b""
-            elif fault.kind == "mutate":
-                status, ctype, body = server.answer(path, params)
-                if status == 200 and fault.mutate is not None:
-                    body = dumps(fault.mutate(parse.load_json(body)))
-            else:
-                _, ctype, full = server.answer(path, params)
-                status, body = 200, full[: max(1, len(full) // 2)]
-            self._send(status, ctype, body, fault.headers if fault is not None else ())
-
-        def _send(
-            self,
-            status: int,
-            ctype: str,
-            body: bytes,
-            headers: Iterable[tuple[str, str]] = (),
-        ) -> None:
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self._head(status, ctype, len(body), headers)
-                self.wfile.write(body)
-
-        def _head(
-            self, status: int, ctype: str, length: int | None, headers: Iterable[tuple[str, str]]
-        ) -> None:
-            """Status and headers; without a `length` the body runs until the connection closes."""
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            if length is None:
-                self.close_connection = True
-            else:
-                self.send_header("Content-Length", str(length))
-            for name, value in headers:
-                self.send_header(name, value)
-            self.end_headers()
-
-        def _drip(self, fault: Fault, path: str, params: dict[str, str]) -> None:
-            """Slow-loris: headers now, then the body a few bytes at a time (stop aborts)."""
-            body = fault.body
-            if body is None:
-                body = server.answer(path, params)[2]
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                length = len(body) * fault.repeat if fault.declare_length else None
-                self._head(fault.status, "application/json", length, fault.headers)
-                self.wfile.flush()
-                for _ in range(fault.repeat):
-                    for i in range(0, len(body), max(1, fault.chunk)):
-                        if fault.interval and server._stopping.wait(fault.interval):
-                            return
-                        self.wfile.write(body[i : i + max(1, fault.chunk)])
-                        self.wfile.flush()
-
-    return Handler
+    return type("Handler", (_Handler,), {"replay": server})
 
 
 @contextlib.contextmanager
