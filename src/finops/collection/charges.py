@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from finops.api import reasons
+from finops.api import bodies, reasons, views
 from finops.billing import buckets, fees, sources, ticks, usage
 
 FINALIZER = "subscriptions.finops.stakater.com/finalizer"
@@ -44,19 +44,10 @@ class TermsError(ValueError):
 
 def parse_time(value: object) -> dt.datetime | None:
     """An RFC 3339 status timestamp as aware UTC; None when absent."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, dt.datetime):
-        return ticks.utc(value)
-    if not isinstance(value, str):
-        raise TermsError(f"timestamp must be a string, got {value!r}")
     try:
-        parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise TermsError(f"timestamp {value!r} is not RFC 3339") from None
-    if parsed.tzinfo is None:
-        raise TermsError(f"timestamp {value!r} has no timezone")
-    return ticks.utc(parsed)
+        return views.parse_time(value)
+    except views.TimestampError as exc:
+        raise TermsError(str(exc)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +59,7 @@ class SubscriptionState:
     name: str
     generation: int
     resource_version: str
-    spec: Mapping[str, Any]
+    spec: bodies.SubscriptionSpec
     activated_at: dt.datetime | None
     deactivated_at: dt.datetime | None
     deleting: bool
@@ -79,26 +70,25 @@ class SubscriptionState:
     """The Subscription's own `metadata.labels`: part of the ledger's version of it."""
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> SubscriptionState:
+    def from_object(cls, obj: bodies.Subscription | Mapping[str, Any]) -> SubscriptionState:
         """Read a raw Subscription body; a malformed timestamp raises `TermsError`."""
-        meta: Mapping[str, Any] = obj.get("metadata") or {}
-        spec: Mapping[str, Any] = obj.get("spec") or {}
-        status: Mapping[str, Any] = obj.get("status") or {}
-        ref: Mapping[str, Any] = spec.get("offeringRef") or {}
+        view = views.SubscriptionView.parse(obj)
+        if view.problems:
+            raise TermsError(view.problems[0])
         return cls(
-            uid=str(meta.get("uid", "")),
-            namespace=str(meta.get("namespace", "")),
-            name=str(meta.get("name", "")),
-            generation=int(meta.get("generation") or 0),
-            resource_version=str(meta.get("resourceVersion", "")),
-            spec=spec,
-            activated_at=parse_time(status.get("activatedAt")),
-            deactivated_at=parse_time(status.get("deactivatedAt")),
-            deleting=bool(meta.get("deletionTimestamp")),
-            finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
-            offering_namespace=str(ref.get("namespace", "")),
-            offering_name=str(ref.get("name", "")),
-            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            uid=view.uid,
+            namespace=view.key.namespace,
+            name=view.key.name,
+            generation=view.generation or 0,
+            resource_version=view.resource_version,
+            spec=view.spec,
+            activated_at=view.activated_at,
+            deactivated_at=view.deactivated_at,
+            deleting=view.deleting,
+            finalizers=view.finalizers,
+            offering_namespace=view.offering_namespace,
+            offering_name=view.offering_name,
+            labels=view.labels,
         )
 
     @property

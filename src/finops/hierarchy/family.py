@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from finops.api import views
 from finops.hierarchy import refs
 
 Members = Callable[[str], Iterable[Mapping[str, Any]]]
@@ -26,30 +27,28 @@ Members = Callable[[str], Iterable[Mapping[str, Any]]]
 
 
 def parent_key(sub: Mapping[str, Any]) -> refs.Key | None:
-    parent = refs.spec_of(sub).get("parent") or {}
-    return refs.ref_key(parent.get("subscriptionRef")) if isinstance(parent, Mapping) else None
+    return views.SubscriptionView.parse(sub).parent
 
 
 def offering_key(sub: Mapping[str, Any]) -> refs.Key | None:
-    return refs.ref_key(refs.spec_of(sub).get("offeringRef"))
+    return views.SubscriptionView.parse(sub).offering
 
 
 def root_of(sub: Mapping[str, Any]) -> str | None:
-    root = refs.status_of(sub).get("compatibilityRoot")
-    return str(root) if root else None
+    return views.SubscriptionView.parse(sub).compatibility_root
 
 
 def is_activated(sub: Mapping[str, Any]) -> bool:
-    return bool(refs.status_of(sub).get("activatedAt"))
+    return views.SubscriptionView.parse(sub).activated
 
 
 def is_deactivated(sub: Mapping[str, Any]) -> bool:
-    return bool(refs.status_of(sub).get("deactivatedAt"))
+    return views.SubscriptionView.parse(sub).deactivated
 
 
 def is_active(sub: Mapping[str, Any]) -> bool:
     """Billing is open: activated and not deactivated."""
-    return is_activated(sub) and not is_deactivated(sub)
+    return views.SubscriptionView.parse(sub).active
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

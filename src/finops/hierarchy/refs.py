@@ -9,19 +9,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
-from finops.api import conditions
+from finops.api import conditions, views
 
-
-class Key(NamedTuple):
-    """An object's namespace and name."""
-
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
+Key = views.Key
+"""An object's namespace and name (shared with the Subscription view)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,11 +45,7 @@ def key_of(obj: Mapping[str, Any]) -> Key:
     return Key(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-def ref_key(ref: object) -> Key | None:
-    """The key a `{name, namespace}` reference names, or None when it is absent or empty."""
-    if not isinstance(ref, Mapping) or not ref.get("name"):
-        return None
-    return Key(str(ref.get("namespace") or ""), str(ref["name"]))
+ref_key = views.ref_key
 
 
 def uid_of(obj: Mapping[str, Any]) -> str:

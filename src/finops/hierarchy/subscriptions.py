@@ -28,7 +28,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from finops.api import conditions, models
+from finops.api import conditions, models, views
 from finops.api.reasons import ConditionType, EventReason, EventType, Reason
 from finops.hierarchy import family, offerings, refs
 
@@ -214,8 +214,9 @@ def _gates(
     target: TargetObserved,
 ) -> tuple[_Verdict, str | None]:
     """The verdict of the gates, in order, and the root to stamp (None when not resolved)."""
-    active = family.is_active(sub)
-    root = family.root_of(sub)
+    view = views.SubscriptionView.parse(sub)
+    active = view.active
+    root = view.compatibility_root
     found = _self_reference(sub) or _offering_gate(sub, offering)
     if not isinstance(found, Mapping):
         return found, root
@@ -436,9 +437,10 @@ def plan(
     index; `target` is the result of the plain GET of `lifecycle.targetRef`, when it has one.
     """
     out = _Writer(sub, now)
-    deleting = refs.is_deleting(sub)
+    view = views.SubscriptionView.parse(sub)
+    deleting = view.deleting
 
-    if family.is_deactivated(sub):
+    if view.deactivated:
         return _plan_deactivated(out, deleting)
 
     if deleting:
@@ -448,7 +450,7 @@ def plan(
         return out.plan(Reason.MARKED_FOR_DELETION, message, deactivated=True)
 
     verdict, root = _gates(sub, offering=offering, lookup=lookup, members=members, target=target)
-    if root is not None and family.root_of(sub) is None:
+    if root is not None and view.compatibility_root is None:
         out.status["compatibilityRoot"] = root
 
     if isinstance(verdict, _Hold):
@@ -460,7 +462,7 @@ def plan(
         out.deactivate(verdict.reason, verdict.message)
         return out.plan(verdict.reason, verdict.message, deactivated=True)
 
-    return _plan_passed(out, sub, verdict, now)
+    return _plan_passed(out, view, verdict, now)
 
 
 def _plan_deactivated(out: _Writer, deleting: bool) -> SubscriptionPlan:
@@ -481,10 +483,10 @@ def _plan_deactivated(out: _Writer, deleting: bool) -> SubscriptionPlan:
 
 
 def _plan_passed(
-    out: _Writer, sub: Mapping[str, Any], verdict: _Pass, now: dt.datetime
+    out: _Writer, view: views.SubscriptionView, verdict: _Pass, now: dt.datetime
 ) -> SubscriptionPlan:
     """Every gate passed: activate once (or stay active, possibly as an orphan)."""
-    activated = not family.is_activated(sub)
+    activated = not view.activated
     if activated:
         out.status["activatedAt"] = refs.timestamp(now)
         out.events.append(
@@ -505,8 +507,8 @@ def _plan_passed(
 def needs_finalizer(sub: Mapping[str, Any]) -> bool:
     """Added the first time the reconciler sees a live Subscription; only the charge job
     removes it."""
-    finalizers = (sub.get("metadata") or {}).get("finalizers") or ()
-    return not refs.is_deleting(sub) and FINALIZER not in finalizers
+    view = views.SubscriptionView.parse(sub)
+    return not view.deleting and FINALIZER not in view.finalizers
 
 
 # ---------------------------------------------------------------- fan-out
