@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
-from finops.api import models
+from finops.api import bodies, models
 from finops.billing import fees, money, ticks, usage
 
 Granularity = models.Granularity
@@ -58,9 +58,9 @@ class MeterCost:
     current: int = 0
     projected: int = 0
 
-    def to_status(self) -> dict[str, Any]:
+    def to_status(self) -> bodies.CostMetric:
         """The API shape, zero fields omitted."""
-        body: dict[str, Any] = {"name": self.name}
+        body: bodies.CostMetric = {"name": self.name}
         if self.current:
             body["current"] = self.current
         if self.projected:
@@ -79,9 +79,9 @@ class CostBucket:
     projected: int = 0
     breakdown: tuple[MeterCost, ...] = ()
 
-    def to_status(self) -> dict[str, Any]:
+    def to_status(self) -> bodies.CostBucket:
         """The API shape: `current`, `projected` and `breakdown` omitted when zero/empty."""
-        body: dict[str, Any] = {
+        body: bodies.CostBucket = {
             "granularity": self.granularity.value,
             "start": ticks.rfc3339(self.start),
             "endExclusive": ticks.rfc3339(self.end_exclusive),
@@ -164,6 +164,6 @@ def _fee_sum(rows: Iterable[SettledCharge], start: dt.datetime, end: dt.datetime
     return sum(r.amount_micros for r in rows if start <= ticks.utc(r.hour) < end)
 
 
-def to_status(buckets: Iterable[CostBucket]) -> list[dict[str, Any]]:
+def to_status(buckets: Iterable[CostBucket]) -> list[bodies.CostBucket]:
     """`status.costs` as written to the Subscription."""
     return [bucket.to_status() for bucket in buckets]

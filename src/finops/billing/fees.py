@@ -16,6 +16,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from finops.api import bodies
 from finops.billing import money, ticks
 
 
@@ -56,7 +57,7 @@ class FeeSpec:
             raise FeeSpecError(f"subscriptionFee: {err}") from None
 
     @classmethod
-    def from_fee_block(cls, block: Mapping[str, Any]) -> FeeSpec:
+    def from_fee_block(cls, block: bodies.SubscriptionFee) -> FeeSpec:
         """Build from the raw `subscriptionFee` mapping of a Kubernetes object."""
         price = _positive_int(block, "priceMicros", required=True)
         assert price is not None
@@ -79,7 +80,7 @@ class FeeSpec:
         )
 
     @classmethod
-    def from_offering_spec(cls, spec: Mapping[str, Any]) -> FeeSpec | None:
+    def from_offering_spec(cls, spec: bodies.OfferingSpec) -> FeeSpec | None:
         """The fee of an Offering's `spec`, or None for an Offering without one."""
         pricing = spec.get("pricing") or {}
         block = pricing.get("subscriptionFee")

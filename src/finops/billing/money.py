@@ -14,6 +14,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, NewType
 
+from finops.api import bodies
+
 Micros = NewType("Micros", int)
 
 MICROS_PER_UNIT = 1_000_000
@@ -74,7 +76,7 @@ def parse_rate(field: str, value: object) -> Micros:
     return Micros(micros)
 
 
-def parse_rates(rates: Mapping[str, Any] | None) -> dict[str, Micros]:
+def parse_rates(rates: bodies.PriceRates | None) -> dict[str, Micros]:
     """Parse a PriceBook's `spec.rates` block; absent and empty fields are 0 (unset).
 
     Raises `RateParseError` for the first field, in API order, that does not parse.

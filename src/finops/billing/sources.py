@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from finops.api import models
+from finops.api import bodies, models
 from finops.billing import allocation
 
 
@@ -57,9 +57,9 @@ class UsageSource:
         return not self.name or row.controller_name == self.name
 
 
-def from_subscription_spec(spec: Mapping[str, Any]) -> tuple[UsageSource, ...]:
+def from_subscription_spec(spec: bodies.SubscriptionSpec) -> tuple[UsageSource, ...]:
     """The usage sources of a Subscription's `spec` (none when the field is absent)."""
-    entries: Sequence[Mapping[str, Any]] = spec.get("usageSources") or ()
+    entries: Sequence[bodies.UsageSource] = spec.get("usageSources") or ()
     return tuple(UsageSource.from_dict(entry) for entry in entries)
 
 

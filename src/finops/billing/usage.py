@@ -30,7 +30,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from finops.api import models
+from finops.api import bodies, models
 from finops.billing import allocation, money, sources, ticks
 
 GIB = 2**30
@@ -82,7 +82,7 @@ class Margin:
     factor_milli: int | None = None
 
     @classmethod
-    def from_dict(cls, block: Mapping[str, Any] | None) -> Margin:
+    def from_dict(cls, block: bodies.Margins | None) -> Margin:
         """Build from a raw `margins` mapping (absent means no margin)."""
         if not block:
             return cls()
@@ -121,10 +121,10 @@ class UsagePricing:
     meters: tuple[MeterPrice, ...] = ()
 
     @classmethod
-    def from_offering_spec(cls, spec: Mapping[str, Any]) -> UsagePricing:
+    def from_offering_spec(cls, spec: bodies.OfferingSpec) -> UsagePricing:
         """Build from an Offering's raw `spec`."""
         pricing = spec.get("pricing") or {}
-        entries: Sequence[Mapping[str, Any]] = pricing.get("resourcePricing") or ()
+        entries: Sequence[bodies.Meter] = pricing.get("resourcePricing") or ()
         seen: dict[Meter, MeterPrice] = {}
         for entry in entries:
             try:
@@ -165,7 +165,7 @@ class Rates:
         )
 
     @classmethod
-    def from_pricebook_spec(cls, spec: Mapping[str, Any]) -> Rates:
+    def from_pricebook_spec(cls, spec: bodies.PriceBookSpec) -> Rates:
         """Parse a PriceBook's raw `spec.rates` (raises `money.RateParseError`)."""
         return cls.from_micros(money.parse_rates(spec.get("rates")))
 

@@ -12,10 +12,11 @@ import datetime as dt
 import json
 import pathlib
 import sys
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
+from finops.api import bodies
 from finops.billing import fees, money, ticks
 
 
@@ -110,7 +111,7 @@ def _plan(
     obj = _load_offering(args.offering)
     _validate(args.offering, obj)
     try:
-        spec = fees.FeeSpec.from_offering_spec(obj.get("spec") or {})
+        spec = fees.FeeSpec.from_offering_spec(obj.get("spec") or cast(bodies.OfferingSpec, {}))
     except fees.FeeSpecError as err:
         raise _Refused(f"{args.offering}: {err}") from None
     schedule = None if spec is None else spec.schedule(activated, deactivated)

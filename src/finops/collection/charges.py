@@ -146,7 +146,7 @@ class Terms:
         return need
 
 
-def terms_for(sub: SubscriptionState, offering_spec: Mapping[str, Any]) -> Terms:
+def terms_for(sub: SubscriptionState, offering_spec: bodies.OfferingSpec) -> Terms:
     """Build the calculators of an activated Subscription; bad terms raise `TermsError`."""
     if sub.activated_at is None:
         raise TermsError(f"subscription {sub.key} has not activated")
@@ -310,7 +310,7 @@ def settled_charges(
 
 def costs(
     scheduled: dt.datetime, terms: Terms, settled: Sequence[buckets.Charge] | None
-) -> tuple[list[dict[str, Any]], CostsReason]:
+) -> tuple[list[bodies.CostBucket], CostsReason]:
     """The three `status.costs` buckets and their `CostsResolved` reason.
 
     `settled` is what the ledger holds (`settled_charges`): every `current`, the fee's

@@ -23,12 +23,12 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
-from finops.api import conditions
+from finops.api import bodies, conditions
 from finops.billing import buckets
 from finops.collection import charge_plan, charges, plan
 from finops.jobs import records
@@ -203,7 +203,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _costs_changes(
-    costs: list[dict[str, Any]], reason: charges.CostsReason, now: dt.datetime
+    costs: list[bodies.CostBucket], reason: charges.CostsReason, now: dt.datetime
 ) -> list[status.Change]:
     """Fresh buckets and `CostsResolved` (nothing is written when both are as they were)."""
     resolved = conditions.Condition(
@@ -227,8 +227,8 @@ class _Listed:
     """The listed Subscriptions this run handles: activated ones (billed), and deleted ones
     that never activated but still carry our finalizer (released with nothing to bill)."""
 
-    activated: list[tuple[dict[str, Any], charges.SubscriptionState]]
-    never_activated: list[tuple[dict[str, Any], charges.SubscriptionState]]
+    activated: list[tuple[bodies.Subscription, charges.SubscriptionState]]
+    never_activated: list[tuple[bodies.Subscription, charges.SubscriptionState]]
 
 
 @dataclasses.dataclass
@@ -267,7 +267,7 @@ async def collect(
     return run.report
 
 
-def _sort(objects: Sequence[dict[str, Any]], run: _Run) -> _Listed:
+def _sort(objects: Sequence[bodies.Subscription], run: _Run) -> _Listed:
     """Phase 1: parse each listed Subscription; one that cannot be read is a failure."""
     listed = _Listed([], [])
     for obj in objects:
@@ -293,7 +293,7 @@ def _sort(objects: Sequence[dict[str, Any]], run: _Run) -> _Listed:
 
 
 async def _read_terms(
-    run: _Run, activated: Sequence[tuple[dict[str, Any], charges.SubscriptionState]]
+    run: _Run, activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]]
 ) -> _Terms:
     """Phase 2: read every referenced Offering once and the namespace labels, and build each
     Subscription's terms; a missing Offering or bad terms hold only that Subscription."""
@@ -318,7 +318,8 @@ async def _read_terms(
             )
             continue
         try:
-            terms = charges.terms_for(state, offering.get("spec") or {})
+            spec = offering.get("spec") or cast(bodies.OfferingSpec, {})
+            terms = charges.terms_for(state, spec)
         except charges.TermsError as exc:
             run.report.errors[state.key] = str(exc)
             continue
@@ -331,7 +332,7 @@ async def _read_terms(
 
 async def _charge_ledger(
     run: _Run,
-    activated: Sequence[tuple[dict[str, Any], charges.SubscriptionState]],
+    activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]],
     terms: _Terms,
     ledger: Callable[[Sequence[charge_plan.Billed]], LedgerResult],
 ) -> LedgerResult | None:
@@ -363,7 +364,7 @@ async def _charge_ledger(
 
 async def _write_costs(
     run: _Run,
-    activated: Sequence[tuple[dict[str, Any], charges.SubscriptionState]],
+    activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]],
     terms: _Terms,
     result: LedgerResult | None,
 ) -> dict[str, Mapping[str, Any]]:
@@ -398,7 +399,7 @@ async def _write_costs(
 
 async def _release_settled(
     run: _Run,
-    activated: Sequence[tuple[dict[str, Any], charges.SubscriptionState]],
+    activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]],
     terms: _Terms,
     boundary: dt.datetime | None,
     latest: Mapping[str, Mapping[str, Any]],
@@ -427,7 +428,7 @@ def _still_settled(
     terms: charges.Terms,
     scheduled: dt.datetime,
     boundary: dt.datetime | None,
-    fresh: Mapping[str, Any],
+    fresh: bodies.Subscription,
 ) -> bool:
     """The release decision, asked again of a freshly read Subscription."""
     again = charges.SubscriptionState.from_object(fresh)
@@ -438,13 +439,13 @@ def _still_settled(
     )
 
 
-def _still_never_activated(fresh: Mapping[str, Any]) -> bool:
+def _still_never_activated(fresh: bodies.Subscription) -> bool:
     again = charges.SubscriptionState.from_object(fresh)
     return again.deleting and again.activated_at is None
 
 
 async def _release_never_activated(
-    run: _Run, never_activated: Sequence[tuple[dict[str, Any], charges.SubscriptionState]]
+    run: _Run, never_activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]]
 ) -> None:
     """Phase 6: deleted Subscriptions that never activated have nothing to settle."""
     line = f"{charges.Release.RELEASE.value} (never activated, nothing to bill)"
@@ -456,7 +457,7 @@ async def _release(
     run: _Run,
     obj: Mapping[str, Any],
     state: charges.SubscriptionState,
-    still_allowed: Callable[[Mapping[str, Any]], bool],
+    still_allowed: Callable[[bodies.Subscription], bool],
     line: str,
 ) -> None:
     """Take our finalizer off one Subscription; a failure is recorded against it."""

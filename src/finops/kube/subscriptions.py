@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources import core_v1
 from lightkube.types import PatchType
 
+from finops.api import bodies
 from finops.kube import client as kube_client
 from finops.kube import resources
 
@@ -28,24 +29,30 @@ _RETRY_CODES = (409, 422)
 LIST_CHUNK = 500
 
 
-async def list_subscriptions(client: AsyncClient, namespace: str = "*") -> list[dict[str, Any]]:
+async def list_subscriptions(
+    client: AsyncClient, namespace: str = "*"
+) -> list[bodies.Subscription]:
     """Every Subscription of the cluster (or of one namespace), in pages."""
     return [
-        kube_client.to_dict(o)
+        cast(bodies.Subscription, kube_client.to_dict(o))
         async for o in client.list(
             resources.Subscription, namespace=namespace, chunk_size=LIST_CHUNK
         )
     ]
 
 
-async def get_offering(client: AsyncClient, namespace: str, name: str) -> dict[str, Any]:
+async def get_offering(client: AsyncClient, namespace: str, name: str) -> bodies.Offering:
     """One Offering; ApiError (404 included) propagates: a missing Offering is a failure."""
-    return kube_client.to_dict(await client.get(resources.Offering, name, namespace=namespace))
+    found = await client.get(resources.Offering, name, namespace=namespace)
+    return cast(bodies.Offering, kube_client.to_dict(found))
 
 
-async def get_subscription(client: AsyncClient, namespace: str, name: str) -> dict[str, Any] | None:
+async def get_subscription(
+    client: AsyncClient, namespace: str, name: str
+) -> bodies.Subscription | None:
     """One Subscription, None when it is gone."""
-    return await kube_client.get_or_none(client, resources.Subscription, name, namespace)
+    found = await kube_client.get_or_none(client, resources.Subscription, name, namespace)
+    return cast("bodies.Subscription | None", found)
 
 
 async def namespace_labels(client: AsyncClient) -> dict[str, dict[str, str]]:
@@ -67,7 +74,7 @@ async def remove_finalizer(
     client: AsyncClient,
     subscription: Mapping[str, Any],
     finalizer: str,
-    still_allowed: Callable[[Mapping[str, Any]], bool] = lambda _: True,
+    still_allowed: Callable[[bodies.Subscription], bool] = lambda _: True,
     attempts: int = 5,
 ) -> bool:
     """Remove `finalizer` with a JSON patch that first tests resourceVersion and the entry.
