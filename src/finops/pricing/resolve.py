@@ -20,9 +20,9 @@ import dataclasses
 import datetime as dt
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from finops.api import conditions
+from finops.api import bodies, conditions
 from finops.billing import money, usage
 from finops.pricing import election
 
@@ -40,7 +40,7 @@ class Resolution:
     """The `resolvedPricing` body, or None with the outcome and a message saying why."""
 
     outcome: Outcome
-    pricing: dict[str, Any] | None
+    pricing: bodies.ResolvedPricing | None
     message: str = ""
 
 
@@ -49,13 +49,13 @@ def _offering_name(offering: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def declared_meters(spec: Mapping[str, Any]) -> list[tuple[usage.Meter, usage.Margin]]:
+def declared_meters(spec: bodies.OfferingSpec) -> list[tuple[usage.Meter, usage.Margin]]:
     """`spec.pricing.resourcePricing` as (meter, margin), first entry of each name kept.
 
     Raises ValueError for a name outside the API's enum (admission refuses those).
     """
     pricing = spec.get("pricing") or {}
-    entries: Sequence[Mapping[str, Any]] = pricing.get("resourcePricing") or ()
+    entries: Sequence[bodies.Meter] = pricing.get("resourcePricing") or ()
     seen: dict[usage.Meter, usage.Margin] = {}
     for entry in entries:
         meter = usage.Meter(str(entry.get("name")))
@@ -73,7 +73,7 @@ def active_book(books: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return next(b for b in marked if election.Candidate.from_object(b).key == winner.key)
 
 
-def _rate(meter: usage.Meter, rates: Mapping[str, Any]) -> money.Micros:
+def _rate(meter: usage.Meter, rates: bodies.PriceRates) -> money.Micros:
     field = usage.RATE_FIELD.get(meter)
     if field is None:
         return money.Micros(0)
@@ -84,10 +84,10 @@ def resolve(
     offering: Mapping[str, Any], books: Iterable[Mapping[str, Any]], now: dt.datetime
 ) -> Resolution:
     """Resolve the Offering's pricing now, against the cluster's PriceBooks."""
-    spec = offering.get("spec") or {}
+    spec = offering.get("spec") or cast(bodies.OfferingSpec, {})
     name = _offering_name(offering)
     meters = declared_meters(spec)
-    resolved_meters: list[dict[str, Any]] = []
+    resolved_meters: list[bodies.ResolvedMeter] = []
     if meters:
         book = active_book(books)
         book_spec = (book or {}).get("spec") or {}
@@ -98,7 +98,7 @@ def resolve(
                 f"offering {name}: no active pricebook to resolve metered pricing",
             )
         book_name = _offering_name(book)
-        rates: Mapping[str, Any] = book_spec.get("rates") or {}
+        rates: bodies.PriceRates = book_spec.get("rates") or bodies.PriceRates()
         for meter, margin in meters:
             try:
                 rate = _rate(meter, rates)
@@ -119,8 +119,11 @@ def resolve(
                 f"offering {name}: active PriceBook {book_name} is not ready "
                 "(a rate does not parse; see its Ready condition)",
             )
-    pricing: dict[str, Any] = {"resolvedAt": conditions.rfc3339(now), "meters": resolved_meters}
+    pricing: bodies.ResolvedPricing = {
+        "resolvedAt": conditions.rfc3339(now),
+        "meters": resolved_meters,
+    }
     fee = (spec.get("pricing") or {}).get("subscriptionFee")
     if fee is not None:
-        pricing["subscriptionFee"] = copy.deepcopy(dict(fee))
+        pricing["subscriptionFee"] = cast(bodies.SubscriptionFee, copy.deepcopy(dict(fee)))
     return Resolution(Outcome.RESOLVED, pricing, f"offering {name}: pricing resolved")
