@@ -16,8 +16,9 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
+from finops.api import bodies
 from finops.billing import usage
 from finops.collection import charges
 
@@ -32,20 +33,20 @@ class Billed:
 
     sub: charges.SubscriptionState
     terms: charges.Terms
-    offering: Mapping[str, Any]
+    offering: bodies.Offering
     namespace_labels: Mapping[str, str]
 
     @property
     def offering_version(self) -> VersionKey:
         """The Offering version (uid, generation) that prices this Subscription."""
-        meta: Mapping[str, Any] = self.offering.get("metadata") or {}
+        meta: bodies.ObjectMeta = self.offering.get("metadata") or {}
         return (str(meta.get("uid", "")), int(meta.get("generation") or 0))
 
     @property
     def subscription_version(self) -> VersionKey:
         return (self.sub.uid, self.sub.generation)
 
-    def subscription_metadata(self) -> dict[str, Any]:
+    def subscription_metadata(self) -> bodies.ObjectMeta:
         """The metadata a Subscription version row records."""
         return {
             "uid": self.sub.uid,
@@ -76,7 +77,7 @@ class ChargeRow:
 # ---------------------------------------------------------------- versions
 
 
-def offering_versions(billed: Iterable[Billed]) -> dict[VersionKey, Mapping[str, Any]]:
+def offering_versions(billed: Iterable[Billed]) -> dict[VersionKey, bodies.Offering]:
     """Each distinct Offering version of the run, with the object that defines it."""
     return {b.offering_version: b.offering for b in billed}
 
@@ -84,7 +85,8 @@ def offering_versions(billed: Iterable[Billed]) -> dict[VersionKey, Mapping[str,
 def subscription_versions(
     billed: Iterable[Billed],
 ) -> dict[
-    VersionKey, tuple[dict[str, Any], Mapping[str, Any], Mapping[str, str], Mapping[str, str]]
+    VersionKey,
+    tuple[bodies.ObjectMeta, bodies.SubscriptionSpec, Mapping[str, str], Mapping[str, str]],
 ]:
     """Each distinct Subscription version of the run as the row that records it:
     (metadata, spec, namespace labels, the Subscription's own labels)."""

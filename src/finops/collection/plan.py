@@ -11,6 +11,8 @@ import datetime as dt
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from finops.api import bodies
+
 HOUR = dt.timedelta(hours=1)
 HISTORY_LIMIT = 10
 DEFAULT_LOOKBACK = 2
@@ -82,9 +84,9 @@ class ExecutionRecord:
     duration: str
     error: str = ""
 
-    def to_status(self) -> dict[str, str]:
+    def to_status(self) -> bodies.ExecutionRecord:
         """The API shape (`executionTime`, `status`, `duration`, `error` when failed)."""
-        out = {
+        out: bodies.ExecutionRecord = {
             "executionTime": rfc3339(self.execution_time),
             "status": "Success" if self.succeeded else "Failed",
             "duration": self.duration,
@@ -94,12 +96,14 @@ class ExecutionRecord:
         return out
 
 
-def status_after_run(status: Mapping[str, Any] | None, record: ExecutionRecord) -> dict[str, Any]:
+def status_after_run(
+    status: bodies.CostJobStatus | None, record: ExecutionRecord
+) -> bodies.CostJobStatus:
     """The CostJob status fields a run writes: the record prepended (newest first, at most ten),
     the last-execution fields, and the last success time only when this run succeeded."""
-    history: Sequence[Mapping[str, Any]] = (status or {}).get("executionHistory") or []
+    history: Sequence[bodies.ExecutionRecord] = (status or {}).get("executionHistory") or []
     entry = record.to_status()
-    out: dict[str, Any] = {
+    out: bodies.CostJobStatus = {
         "executionHistory": [entry, *history][:HISTORY_LIMIT],
         "lastExecutionTime": entry["executionTime"],
         "lastExecutionStatus": entry["status"],
@@ -113,7 +117,7 @@ def record_change(record: ExecutionRecord) -> Callable[[Mapping[str, Any]], dict
     """A status change for the CostJob object as read: its status with this run recorded."""
 
     def change(costjob: Mapping[str, Any]) -> dict[str, Any]:
-        current: Mapping[str, Any] = costjob.get("status") or {}
+        current: bodies.CostJobStatus = costjob.get("status") or bodies.CostJobStatus()
         return {**current, **status_after_run(current, record)}
 
     return change
