@@ -9,7 +9,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
+
+from finops.api import bodies
+
+_Entry = TypeVar("_Entry", bound=Mapping[str, Any])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -27,7 +31,7 @@ def rfc3339(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def find(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
+def find(conditions: Sequence[_Entry] | None, type_: str) -> _Entry | None:
     """The condition of one type, or None."""
     for cond in conditions or ():
         if cond.get("type") == type_:
@@ -41,7 +45,7 @@ def set_condition(
     *,
     generation: int | None,
     now: dt.datetime,
-) -> list[dict[str, Any]]:
+) -> list[bodies.Condition]:
     """A new list with `new` applied; other types keep their place and content."""
     old = find(conditions, new.type)
     transition = (
@@ -49,7 +53,7 @@ def set_condition(
         if old is not None and old.get("status") == new.status and old.get("lastTransitionTime")
         else rfc3339(now)
     )
-    entry: dict[str, Any] = {
+    entry: bodies.Condition = {
         "type": new.type,
         "status": new.status,
         "reason": new.reason,
@@ -58,14 +62,14 @@ def set_condition(
     }
     if generation is not None:
         entry["observedGeneration"] = generation
-    result: list[dict[str, Any]] = []
+    result: list[bodies.Condition] = []
     placed = False
     for cond in conditions or ():
         if cond.get("type") == new.type:
             result.append(entry)
             placed = True
         else:
-            result.append(dict(cond))
+            result.append(cast(bodies.Condition, dict(cond)))
     if not placed:
         result.append(entry)
     return result

@@ -18,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from finops.api import conditions
+from finops.api import bodies, conditions
 from finops.api.reasons import ConditionType, EventReason, EventType, Reason
 from finops.hierarchy import refs
 from finops.pricing import resolve
@@ -150,7 +150,7 @@ class Readiness:
     """Whether the Offering is ready, why, and the `resolvedPricing` it should carry."""
 
     check: Check
-    resolved_pricing: Mapping[str, Any] | None
+    resolved_pricing: bodies.ResolvedPricing | None
 
     @property
     def ready(self) -> bool:
@@ -294,7 +294,7 @@ def deletion_guard(
 class OfferingPlan:
     """What one reconcile of an Offering writes."""
 
-    status: dict[str, Any]
+    status: bodies.OfferingStatus
     changed: bool
     readiness: Readiness
     release_finalizer: bool
@@ -318,10 +318,10 @@ def plan(
     current = refs.status_of(offering)
     generation = refs.generation_of(offering)
     found = readiness(offering, lookup=lookup, books=books, now=now)
-    conds: list[dict[str, Any]] = list(current.get("conditions") or ())
+    conds: list[bodies.Condition] = list(current.get("conditions") or ())
     for cond in readiness_conditions(found.check):
         conds = conditions.set_condition(conds, cond, generation=generation, now=now)
-    status: dict[str, Any] = dict(current)
+    status = cast(bodies.OfferingStatus, dict(current))
     status["ready"] = "True" if found.ready else "False"
     if found.resolved_pricing is not None:
         status["resolvedPricing"] = found.resolved_pricing

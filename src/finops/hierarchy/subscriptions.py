@@ -26,9 +26,9 @@ import datetime as dt
 import enum
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from finops.api import conditions, models, views
+from finops.api import bodies, conditions, models, views
 from finops.api.reasons import ConditionType, EventReason, EventType, Reason
 from finops.hierarchy import family, offerings, refs
 
@@ -340,7 +340,7 @@ def _target_gate(
 class SubscriptionPlan:
     """What one reconcile of a Subscription writes, and what happened."""
 
-    status: dict[str, Any]
+    status: bodies.SubscriptionStatus
     changed: bool
     reason: Reason | None
     """The decisive reason: the holding gate's, the activation's, or the deactivation cause
@@ -360,8 +360,8 @@ class _Writer:
 
     def __init__(self, sub: Mapping[str, Any], now: dt.datetime) -> None:
         self.current = refs.status_of(sub)
-        self.status: dict[str, Any] = dict(self.current)
-        self.conds: list[dict[str, Any]] = list(self.current.get("conditions") or ())
+        self.status = cast(bodies.SubscriptionStatus, dict(self.current))
+        self.conds: list[bodies.Condition] = list(self.current.get("conditions") or ())
         self.generation = refs.generation_of(sub)
         self.now = now
         self.events: list[refs.Event] = []
