@@ -8,17 +8,21 @@ fresh read. Both return the object as written, or None when nothing was written.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import lightkube
 
+from finops.api import bodies
 from finops.kube import client as kube_client
 
 CONFLICT_CODES = (409, 422)
 
+Body = TypeVar("Body", bound=Mapping[str, Any])
+"""An object of any kind: what is patched comes back as the same kind."""
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta: Mapping[str, Any] = obj.get("metadata") or {}
+
+def _meta(obj: Mapping[str, Any]) -> bodies.ObjectMeta:
+    meta: bodies.ObjectMeta = obj.get("metadata") or bodies.ObjectMeta()
     return meta
 
 
@@ -53,8 +57,8 @@ def remove_ops(obj: Mapping[str, Any], finalizer: str) -> list[dict[str, Any]] |
 
 
 async def _patch(
-    client: lightkube.AsyncClient, res: Any, obj: Mapping[str, Any], ops: list[dict[str, Any]]
-) -> dict[str, Any]:
+    client: lightkube.AsyncClient, res: Any, obj: Body, ops: list[dict[str, Any]]
+) -> Body:
     meta = _meta(obj)
     written = await client.patch(
         res,
@@ -63,20 +67,16 @@ async def _patch(
         namespace=str(meta.get("namespace")),
         patch_type=kube_client.PatchType.JSON,
     )
-    return kube_client.to_dict(written)
+    return cast(Body, kube_client.to_dict(written))
 
 
-async def add(
-    client: lightkube.AsyncClient, res: Any, obj: Mapping[str, Any], finalizer: str
-) -> dict[str, Any] | None:
+async def add(client: lightkube.AsyncClient, res: Any, obj: Body, finalizer: str) -> Body | None:
     """Append `finalizer` (namespaced `res`); ApiError 409/422 means the read was stale."""
     ops = add_ops(obj, finalizer)
     return None if ops is None else await _patch(client, res, obj, ops)
 
 
-async def remove(
-    client: lightkube.AsyncClient, res: Any, obj: Mapping[str, Any], finalizer: str
-) -> dict[str, Any] | None:
+async def remove(client: lightkube.AsyncClient, res: Any, obj: Body, finalizer: str) -> Body | None:
     """Remove `finalizer`; ApiError 409/422 means the read was stale."""
     ops = remove_ops(obj, finalizer)
     return None if ops is None else await _patch(client, res, obj, ops)

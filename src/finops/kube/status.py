@@ -17,14 +17,17 @@ import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import lightkube
 
-from finops.api import conditions
+from finops.api import bodies, conditions
 from finops.kube import client as kube_client
 
 log = logging.getLogger(__name__)
+
+Body = TypeVar("Body", bound=Mapping[str, Any])
+"""An object of any kind: a status write returns the same kind."""
 
 Change = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 """The object as read → its whole status after the change (the object is not modified)."""
@@ -114,7 +117,7 @@ async def apply(
         before, after = status_of(current), _after(current, changes)
         if after == before:
             return Applied(dict(current), False)
-        meta: Mapping[str, Any] = current.get("metadata") or {}
+        meta: bodies.ObjectMeta = current.get("metadata") or bodies.ObjectMeta()
         body = {
             "metadata": {"resourceVersion": meta.get("resourceVersion")},
             "status": patch_body(before, after),
@@ -137,12 +140,12 @@ async def apply(
 async def write(
     client: lightkube.AsyncClient,
     res: Any,
-    obj: Mapping[str, Any],
+    obj: Body,
     desired: Mapping[str, Any],
-) -> dict[str, Any]:
+) -> Body:
     """A reconciler's whole planned status for the namespaced `obj` it observed; a conflict
     raises (409) so the reconciler requeues and decides again. Returns the object after."""
-    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    meta: bodies.ObjectMeta = obj.get("metadata") or bodies.ObjectMeta()
     done = await apply(
         client,
         res,
@@ -152,4 +155,4 @@ async def write(
         observed=obj,
         attempts=1,
     )
-    return done.obj if done.obj is not None else dict(obj)
+    return cast(Body, done.obj) if done.obj is not None else cast(Body, dict(obj))

@@ -65,8 +65,8 @@ async def namespace_labels(client: AsyncClient) -> dict[str, dict[str, str]]:
     return labels
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta: Mapping[str, Any] = obj.get("metadata") or {}
+def _meta(obj: Mapping[str, Any]) -> bodies.ObjectMeta:
+    meta: bodies.ObjectMeta = obj.get("metadata") or bodies.ObjectMeta()
     return meta
 
 
