@@ -122,7 +122,8 @@ def uncovered(
     """The first required Offering no active candidate binds, or None when all are covered."""
     if not required:
         return None
-    bound = {offering_key(m) for m in coverage_candidates(sub, members) if is_active(m)}
+    candidates = (views.SubscriptionView.parse(m) for m in coverage_candidates(sub, members))
+    bound = {c.offering for c in candidates if c.active}
     return next((req for req in required if req not in bound), None)
 
 
