@@ -178,6 +178,28 @@ class FeeSchedule:
             hour, before = hour + ticks.HOUR, after
         return rows
 
+    def hourly_ticks(
+        self, start: dt.datetime, end: dt.datetime
+    ) -> list[tuple[dt.datetime, int, int]]:
+        """`(hour, ticks closed, micros)` for every whole hour in `[start, end)`: `hourly` with
+        the boundaries each hour closes, counting each hour edge once (a run writes one fee row
+        per Subscription-hour, so this is on the hot path)."""
+        first, last = ticks.utc(start), ticks.utc(end)
+        if not (ticks.is_whole_hour(first) and ticks.is_whole_hour(last)):
+            raise ValueError("hourly windows must start and end on whole UTC hours")
+        opening, price = self.opening_tick_micros, self.spec.price_micros
+        rows: list[tuple[dt.datetime, int, int]] = []
+        hour = first
+        n_before = self.billed_ticks(hour)
+        before = 0 if n_before == 0 else opening + (n_before - 1) * price
+        while hour < last:
+            following = hour + ticks.HOUR
+            n_after = self.billed_ticks(following)
+            after = 0 if n_after == 0 else opening + (n_after - 1) * price
+            rows.append((hour, n_after - n_before, after - before))
+            hour, n_before, before = following, n_after, after
+        return rows
+
     def min_periods_elapsed(self, now: dt.datetime) -> bool:
         """The `minPeriods` finalizer guard: enough boundaries since activation, by `now`.
 

@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import TypeAlias
 
 from finops.api import bodies
-from finops.billing import usage
+from finops.billing import ticks, usage
 from finops.collection import charges
 
 Window: TypeAlias = tuple[dt.datetime, dt.datetime]
@@ -219,8 +219,10 @@ class Inputs:
     boundary: dt.datetime | None
     windows: Mapping[str, Window]
     versions: VersionIds
-    priced: Sequence[tuple[usage.PricedRow, str]]
     fee_currency: str
+    priced: Sequence[tuple[usage.PricedRow, str]] = ()
+    """The priced allocation rows of the windows: read only for `rows` (the exact oracle);
+    the set-based run leaves them in the database."""
 
 
 def rows(
@@ -262,3 +264,74 @@ def rows(
 def keys(planned: Iterable[ChargeRow]) -> set[RowKey]:
     """`(uid, hour, source)` of each planned row: what a recompute keeps in its windows."""
     return {(r.subscription_uid, r.hour, r.source) for r in planned}
+
+
+# ---------------------------------------------------------------- the set-based run
+
+
+SubRow: TypeAlias = tuple[str, dt.datetime, dt.datetime, dt.datetime, dt.datetime | None, int, int]
+"""(uid, window start, window end, activatedAt, deactivatedAt, offering version id,
+subscription version id) of every Subscription charged this run."""
+SourceRow: TypeAlias = tuple[str, str, str, str]
+"""(uid, namespace, resourceType, name) of each usage source of a usage-billing Subscription."""
+MeterRow: TypeAlias = tuple[str, str, int | None, int | None]
+"""(uid, meter, factorMilli, absoluteMicros) of each priced usage meter."""
+FeeRow: TypeAlias = tuple[str, dt.datetime, int, int, int, str, bool, int, int]
+"""(uid, hour, ticks closed, unit price, amount, currency, finalized, offering version id,
+subscription version id) of each fee row."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tables:
+    """The run as plain rows for the set-based write: usage is summed by the database from
+    these (no object per allocation row); fee rows are decided here."""
+
+    subscriptions: Sequence[SubRow]
+    sources: Sequence[SourceRow]
+    meters: Sequence[MeterRow]
+    fees: Sequence[FeeRow]
+    usage: UsageWindows
+    fee_currency: str
+
+
+def fee_rows(b: Billed, window: Window, scheduled: dt.datetime, inputs: Inputs) -> list[FeeRow]:
+    """One Subscription's fee rows as `charges.fee_charges` plans them, as plain tuples."""
+    fee = b.terms.fee
+    if fee is None:
+        return []
+    uid, currency = b.sub.uid, inputs.fee_currency
+    ov, sv = inputs.versions.offering[uid], inputs.versions.subscription[uid]
+    price = fee.spec.price_micros
+    anchor = ticks.floor_hour(scheduled)
+    return [
+        (uid, hour, closed, price, amount, currency, hour < anchor, ov, sv)
+        for hour, closed, amount in fee.hourly_ticks(*window)
+    ]
+
+
+def tables(billed: Iterable[Billed], inputs: Inputs, scheduled: dt.datetime) -> Tables:
+    """What `finops.store.charge_sql.write` needs for the run (the fee rows, the windows,
+    the usage sources and margins of the usage-billing Subscriptions)."""
+    items = list(billed)
+    subs: list[SubRow] = []
+    srcs: list[SourceRow] = []
+    meters: list[MeterRow] = []
+    fees: list[FeeRow] = []
+    for b in items:
+        uid, window = b.sub.uid, inputs.windows.get(b.sub.uid)
+        if window is None:
+            continue
+        interval = b.terms.interval
+        ov, sv = inputs.versions.offering[uid], inputs.versions.subscription[uid]
+        subs.append((uid, *window, interval.activated_at, interval.deactivated_at, ov, sv))
+        fees.extend(fee_rows(b, window, scheduled, inputs))
+        if not b.terms.bills_usage:
+            continue
+        srcs.extend((uid, s.namespace, s.resource_type, s.name) for s in b.terms.sources)
+        meters.extend(
+            (uid, m.meter.value, m.margin.factor_milli, m.margin.absolute_micros)
+            for m in b.terms.pricing.meters
+        )
+    return Tables(
+        subs, srcs, meters, fees, usage_windows(items, inputs.windows), inputs.fee_currency
+    )

@@ -36,7 +36,7 @@ from finops.kube import resources, status
 from finops.kube import subscriptions as kube_subs
 from finops.opencost import config as opencost_config
 from finops.store import allocations as store_allocations
-from finops.store import charge_inputs, pool, unit
+from finops.store import charge_inputs, charge_sql, pool, unit
 from finops.store import charges as store_charges
 
 log = logging.getLogger("finops.jobs.charges")
@@ -58,7 +58,8 @@ class LedgerResult:
     settled: dict[str, list[buckets.Charge]]
     rows_written: int = 0
     rows_deleted: int = 0
-    allocation_rows: int = 0
+    usage_rows: int = 0
+    """Usage charge rows the database summed from the allocation rows."""
 
 
 # ---------------------------------------------------------------- the ledger pass
@@ -70,8 +71,9 @@ def _read(
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
 ) -> charge_plan.Inputs:
-    """Everything the plan needs: the allocation boundary, the watermarks, the version ids
-    (new versions are recorded first) and the priced allocation rows of the charged windows."""
+    """Everything the plan needs: the allocation boundary, the watermarks and the version ids
+    (new versions are recorded first). The allocation rows stay in the database: the
+    set-based write sums them there."""
     boundary = store_allocations.allocation_boundary(conn, cluster=cluster)
     marks = store_charges.watermarks(
         conn, cluster=cluster, subscription_uids=[b.sub.uid for b in billed]
@@ -82,19 +84,10 @@ def _read(
         offerings=charge_plan.offering_versions(billed),
         subscriptions=charge_plan.subscription_versions(billed),
     )
-    windows = charge_plan.windows(billed, marks, scheduled)
-    wanted = charge_plan.usage_windows(billed, windows)
-    priced = charge_inputs.priced_usage(
-        conn,
-        cluster=cluster,
-        namespace_windows=wanted.per_namespace,
-        any_namespace_window=wanted.anywhere,
-    )
     return charge_plan.Inputs(
         boundary=boundary,
-        windows=windows,
+        windows=charge_plan.windows(billed, marks, scheduled),
         versions=charge_plan.version_ids(billed, offerings, subscriptions),
-        priced=priced,
         fee_currency=charge_inputs.latest_currency(conn, cluster=cluster),
     )
 
@@ -102,17 +95,17 @@ def _read(
 def _write(
     conn: unit.Connection,
     cluster: str,
-    windows: Mapping[str, charge_plan.Window],
-    rows: Sequence[charge_plan.ChargeRow],
-) -> tuple[int, int]:
+    tables: charge_plan.Tables,
+    scheduled: dt.datetime,
+    boundary: dt.datetime | None,
+) -> charge_sql.Written:
     """Replace the charged windows' open rows by the planned ones, in one unit of work."""
     with unit.begin(conn) as work:
-        deleted = charge_inputs.delete_stale(
-            conn, cluster=cluster, windows=windows, keep=charge_plan.keys(rows)
+        written = charge_sql.write(
+            conn, cluster=cluster, tables=tables, scheduled=scheduled, boundary=boundary
         )
-        written = store_charges.upsert(conn, rows)
         work.commit()
-    return written, deleted
+    return written
 
 
 def read_settled(
@@ -144,12 +137,12 @@ def charge(
     """
     scheduled = plan.truncate_hour(scheduled)
     inputs = _read(conn, cluster, scheduled, billed)
-    rows = charge_plan.rows(cluster, billed, inputs, scheduled)
-    written, deleted = _write(conn, cluster, inputs.windows, rows)
+    tables = charge_plan.tables(billed, inputs, scheduled)
+    done = _write(conn, cluster, tables, scheduled, inputs.boundary)
     settled = read_settled(
         conn, cluster=cluster, scheduled=scheduled, uids=[b.sub.uid for b in billed]
     )
-    return LedgerResult(inputs.boundary, settled, written, deleted, len(inputs.priced))
+    return LedgerResult(inputs.boundary, settled, done.written, done.deleted, done.usage_rows)
 
 
 def _ledger_pass(
@@ -352,11 +345,11 @@ async def _charge_ledger(
     run.report.ledger = result
     run.report.charged = len(terms.billed)
     log.info(
-        "ledger: %d charge row(s) written, %d stale removed, %d allocation row(s) read, "
+        "ledger: %d charge row(s) written, %d stale removed, %d usage row(s) summed, "
         "allocation boundary %s",
         result.rows_written,
         result.rows_deleted,
-        result.allocation_rows,
+        result.usage_rows,
         "none" if result.boundary is None else plan.rfc3339(result.boundary),
     )
     return result
