@@ -1,4 +1,4 @@
-"""Charge collection at scale: 10k Subscriptions × 24 hours over 1M allocation rows.
+"""Charge collection at scale: up to 10k Subscriptions × 24 hours over 1M allocation rows.
 
 Why a ratio: the run does much more than sum usage (it reads the watermarks, mirrors the
 versions, prices each row exactly with its margin, rounds once per charge row, writes every
@@ -9,11 +9,14 @@ bookkeeping cost. The Kubernetes side (listing, status patches) is not timed: th
 
 Rows are generated straight into `provider_allocations` by SQL. Each Subscription bills a fee
 (HourBoundary) plus cpuHour and ramGbHour with margins on its own namespace. Timed: the first
-run (every row new), a replay of the same hour (nothing changes), and the aggregate.
+run (every row new), a replay of the same hour (nothing changes), and the aggregate. Growth:
+the run is repeated at each of `--scales` (Subscriptions and rows multiplied, a fresh database
+each) and prints the cost per Subscription, which should stay flat; the default sizes end at
+the issue's 10k Subscriptions over 1M rows.
 
-    .venv/bin/python -m benchmarks.charges_scale                       # throw-away cluster
-    .venv/bin/python -m benchmarks.charges_scale --subscriptions 1000  # smaller
-    .venv/bin/python -m benchmarks.charges_scale --dsn ...             # an existing empty db
+    .venv/bin/python -m benchmarks.charges_scale                          # ×1, ×2, ×4 of 2.5k
+    .venv/bin/python -m benchmarks.charges_scale --subscriptions 250 --rows 25000  # smaller
+    .venv/bin/python -m benchmarks.charges_scale --scales 1 --dsn ...     # an existing empty db
 """
 
 from __future__ import annotations
@@ -160,11 +163,12 @@ def run(dsn: str, subscriptions: int, rows: int) -> list[str]:
         )
         written = conn.execute("SELECT count(*) FROM subscription_charges").fetchone()
     assert again.rows_written == 0, "a replayed hour must change nothing"
+    per_sub = 1000 * first / subscriptions
     return [
-        f"subscriptions: {subscriptions}, hours: {HOURS} + the scheduled hour",
+        f"subscriptions: {subscriptions:,}, hours: {HOURS} + the scheduled hour",
         f"allocation rows: {count:,}; charge rows written: {result.rows_written:,} "
         f"(table holds {written[0] if written else 0:,}); aggregate groups: {len(groups):,}",
-        f"charge run, first (all rows new):  {first:8.2f} s",
+        f"charge run, first (all rows new):  {first:8.2f} s ({per_sub:.2f} ms per Subscription)",
         f"charge run, replay (no change):    {replay:8.2f} s",
         f"single SQL aggregate:              {aggregate:8.2f} s",
         f"ratio first run / aggregate:       {first / aggregate:8.1f}",
@@ -174,18 +178,21 @@ def run(dsn: str, subscriptions: int, rows: int) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--subscriptions", type=int, default=10_000)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--dsn", help="an existing empty database (default: throw-away cluster)")
+    parser.add_argument("--subscriptions", type=int, default=2_500, help="at scale 1")
+    parser.add_argument("--rows", type=int, default=250_000, help="at scale 1")
+    parser.add_argument("--scales", default="1,2,4", help="comma-separated multipliers")
+    parser.add_argument("--dsn", help="an existing empty database (only with one scale)")
     args = parser.parse_args(argv)
+    scales = [int(s) for s in args.scales.split(",") if s.strip()]
+    if args.dsn and len(scales) != 1:
+        parser.error("--dsn takes one scale: each size needs an empty database")
     with ExitStack() as stack:
-        dsn: str | None = args.dsn
-        if dsn is None:
-            cluster = stack.enter_context(postgres.PostgresCluster())
-            dsn = cluster.create_database("charges_bench")
-        lines = run(dsn, args.subscriptions, args.rows)
-    for line in lines:
-        print(line)
+        cluster = None if args.dsn else stack.enter_context(postgres.PostgresCluster())
+        for scale in scales:
+            dsn = args.dsn or cluster.create_database(f"charges_bench_{scale}")  # type: ignore[union-attr]
+            print(f"-- scale ×{scale}")
+            for line in run(dsn, args.subscriptions * scale, args.rows * scale):
+                print(line, flush=True)
     return 0
 
 
