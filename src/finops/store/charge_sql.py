@@ -377,6 +377,9 @@ def write(
     """Stage and merge every charge row of the run (in the caller's transaction)."""
     if not tables.subscriptions:
         return Written(0, 0, 0)
+    conn.execute(f"SET LOCAL work_mem = '{WORK_MEM}'".encode())
+    # JIT compiling these statements takes seconds (more than running them).
+    conn.execute(b"SET LOCAL jit = off")
     _load(conn, cluster, tables)
     any_lo, any_hi = tables.usage.anywhere or (None, None)
     params: dict[str, Any] = {
@@ -393,9 +396,6 @@ def write(
     }
     usage_rows = 0
     if tables.sources and tables.meters:
-        conn.execute(f"SET LOCAL work_mem = '{WORK_MEM}'".encode())
-        # JIT compiling these statements takes seconds (more than running them).
-        conn.execute(b"SET LOCAL jit = off")
         conn.execute(_LEVELS.encode(), params)
         conn.execute(_CURRENCIES.encode(), params)
         conn.execute(_PAIRS.encode(), params)
