@@ -7,7 +7,7 @@ tenant picked at random; separately the store query behind it (`reads.namespace_
 direct connection, so the HTTP share is visible.
 
 Why a ratio against the schema without the index: the absolute p99 depends on the machine, but
-how much migration 0003's covering `(subscription_version_id, hour)` index saves is measured side
+how much migration 0004's covering `(subscription_version_id, hour)` index saves is measured side
 by side in the same run, on the same rows, by dropping it and restoring the single-column index
 main had (fewer requests there: each takes seconds at 10M rows). The `/healthz` round trip of
 the same process is printed too: the floor no route can beat.
@@ -133,7 +133,7 @@ def generate(conn: psycopg.Connection[Any], size: Size) -> int:
 
 
 def use_main_schema(conn: psycopg.Connection[Any], main: bool) -> None:
-    """Swap between main's single-column index and migration 0003's composite one."""
+    """Swap between main's single-column index and migration 0004's composite one."""
     if main:
         conn.execute(f"DROP INDEX IF EXISTS {INDEX}")
         conn.execute(f"CREATE INDEX {OLD_INDEX} ON subscription_charges (subscription_version_id)")
@@ -210,7 +210,7 @@ def explain(conn: psycopg.Connection[Any], namespace: str) -> list[str]:
 
 @dataclasses.dataclass
 class Figures:
-    """One size's timings in seconds; `main_*` with main's index instead of 0003's."""
+    """One size's timings in seconds; `main_*` with main's index instead of 0004's."""
 
     size: Size
     rows: int
@@ -250,8 +250,8 @@ def measure(
     picks: Sequence[str],
     baseline: int,
 ) -> Figures:
-    """Build `size`; time every pick on 0003's index, then the first `baseline` picks on main's
-    (seconds each there, so fewer); restore 0003 for the next size."""
+    """Build `size`; time every pick on 0004's index, then the first `baseline` picks on main's
+    (seconds each there, so fewer); restore 0004 for the next size."""
     rows = generate(conn, size)
     use_main_schema(conn, main=False)
     items = client.get(
@@ -297,7 +297,7 @@ def pair(label: str, values: Sequence[float], main: Sequence[float] | None = Non
 
 
 def size_report(f: Figures, scale: float) -> Iterator[str]:
-    """One size: both timings with and without 0003, the floor, and the cost per row."""
+    """One size: both timings with and without 0004, the floor, and the cost per row."""
     yield (
         f"×{scale:g}: {f.rows:,} charge rows ({f.size.namespaces} namespaces × "
         f"{SUBSCRIPTIONS} Subscriptions × {SOURCES} sources × {f.size.hours:,} h); "
@@ -318,8 +318,8 @@ def summary(figures: Sequence[Figures], requests: int, baseline: int) -> Iterato
     scale = top.size.namespaces / base.size.namespaces
     figure = {
         "costs route p99": ms(p99(top.http)),
-        "ratio main's schema / 0003, p99 (HTTP)": f"{p99(top.main_http) / p99(top.http):8.1f}",
-        "ratio main's schema / 0003, p99 (SQL)": f"{p99(top.main_store) / p99(top.store):8.1f}",
+        "ratio main's schema / 0004, p99 (HTTP)": f"{p99(top.main_http) / p99(top.http):8.1f}",
+        "ratio main's schema / 0004, p99 (SQL)": f"{p99(top.main_store) / p99(top.store):8.1f}",
         "ratio costs p99 / healthz p99": f"{p99(top.http) / p99(top.healthz):8.1f}",
         f"growth: p99 at ×{scale:g} / p99 at ×1": f"{p99(top.http) / p99(base.http):8.2f}",
         "target p99 <= 150 ms": "     met" if p99(top.http) <= 0.150 else " NOT met",
@@ -331,7 +331,7 @@ def summary(figures: Sequence[Figures], requests: int, baseline: int) -> Iterato
     )
     yield from (f"  {k + ':':<42}{v}" for k, v in figure.items())
     yield ""
-    yield f"EXPLAIN (ANALYZE, BUFFERS) of the costs query at {top.rows:,} rows, migration 0003:"
+    yield f"EXPLAIN (ANALYZE, BUFFERS) of the costs query at {top.rows:,} rows, migration 0004:"
     yield from (f"  {line}" for line in top.plan)
     yield ""
     yield "the same on main's schema (single-column index on subscription_version_id):"

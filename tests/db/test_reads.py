@@ -1,6 +1,6 @@
 """The gateway's namespace sums (`reads.namespace_costs`) against an exact oracle.
 
-Migration 0003 gives the query a `(subscription_version_id, hour)` index; an index is a fast
+Migration 0004 gives the query a `(subscription_version_id, hour)` index; an index is a fast
 path, so the sums are checked both with the planner forced onto it and forced off it, each
 against plain Python sums over every raw row.
 """
@@ -158,7 +158,7 @@ def test_a_relabelled_subscription_sums_as_one_across_its_versions(
     assert {r.subscription for r in rows} == {"sub-0", "sub-1", "sub-2"}
 
 
-def test_0003_replaces_the_version_index_with_version_and_hour(
+def test_0004_replaces_the_version_index_with_version_and_hour(
     conn: psycopg.Connection[Any],
 ) -> None:
     indexes = dict(

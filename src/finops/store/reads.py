@@ -52,7 +52,7 @@ NAMESPACE_COSTS = """
     ORDER BY v.name, c.subscription_uid, c.source, c.currency
 """
 """A namespace's sums (parameters: cluster, cluster, namespace, start, end). A namespace has
-few versions; each one's hours in the window are one range of migration 0003's covering
+few versions; each one's hours in the window are one range of migration 0004's covering
 `(subscription_version_id, hour)` index, so a request costs the rows it sums, not the ledger's
 size. Public so the gateway benchmark and tests EXPLAIN the exact statement."""
 
