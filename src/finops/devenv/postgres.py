@@ -285,28 +285,48 @@ class PostgresCluster:
             args += ["-c", f"{key}={value}"]
         return args
 
+    def stop_server(self) -> None:
+        """Fast shutdown (every session is cut), keeping the data and the port, so that
+        `start_server` brings the same cluster back: how fault tests restart PostgreSQL."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=30)
+
+    def start_server(self) -> None:
+        """Start a cluster stopped by `stop_server` again, on the same port."""
+        if self.running:
+            return
+        self._spawn()
+        if not self._wait_ready():
+            raise PostgresError(f"PostgreSQL did not restart; last log lines:\n{self._log_tail()}")
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with open(self.log_file, "ab") as log_out:
+            self._proc = subprocess.Popen(
+                self._server_args(),
+                stdin=subprocess.DEVNULL,
+                stdout=log_out,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,
+                user=self._run_as.uid,
+                group=self._run_as.gid,
+                extra_groups=self._run_as.extra_groups,
+            )
+        return self._proc
+
     def _start_server(self) -> None:
         """Pick a free port and start; another process may grab it first, so retry."""
         last_error = ""
         for _ in range(_PORT_ATTEMPTS):
             self.port = free_port()
-            with open(self.log_file, "ab") as log_out:
-                self._proc = subprocess.Popen(
-                    self._server_args(),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_out,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.dir,
-                    start_new_session=True,
-                    user=self._run_as.uid,
-                    group=self._run_as.gid,
-                    extra_groups=self._run_as.extra_groups,
-                )
+            proc = self._spawn()
             if self._wait_ready():
                 log.info("PostgreSQL ready on 127.0.0.1:%s (%s)", self.port, self.dir)
                 return
             last_error = self._log_tail()
-            if self._proc.poll() is None:  # alive but never answered: give up
+            if proc.poll() is None:  # alive but never answered: give up
                 break
             self._proc = None
         raise PostgresError(f"PostgreSQL did not start; last log lines:\n{last_error}")
