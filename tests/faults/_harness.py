@@ -208,11 +208,15 @@ class Universe:
         return created
 
     def put_status(self, name: str, **fields: Any) -> None:
+        """Set status fields (read, change, write; again when the controller wrote first)."""
         url = f"{GROUP}/namespaces/{self.namespace}/subscriptions/{name}"
         with self.kube.http() as client:
-            obj = client.get(url).json()
-            obj["status"] = {**(obj.get("status") or {}), **fields}
-            resp = client.put(f"{url}/status", json=obj)
+            for _ in range(20):
+                obj = client.get(url).json()
+                obj["status"] = {**(obj.get("status") or {}), **fields}
+                resp = client.put(f"{url}/status", json=obj)
+                if resp.status_code != 409:
+                    break
         assert resp.status_code == 200, resp.text
 
     def populate(self, plans: list[SubPlan], costjobs: Mapping[str, str] | None = None) -> None:
@@ -220,7 +224,7 @@ class Universe:
         finalizer on and `activatedAt` stamped."""
         self.kube.create_namespace(self.namespace, labels=TENANT_LABELS)
         for name, pricing in OFFERINGS.items():
-            self.post("offerings", _object("Offering", name, {"pricing": pricing}))
+            self.post("offerings", make_object("Offering", name, {"pricing": pricing}))
         jobs = costjobs or {
             "allocations": "ResourceCostCollection",
             "charges": "SubscriptionChargeCollection",
@@ -229,12 +233,12 @@ class Universe:
             spec: dict[str, Any] = {"type": kind, "interval": "1h"}
             if name.endswith("sharded"):
                 spec["sharding"] = {"namespacesPerShard": 3, "concurrency": 2}
-            self.post("costjobs", _object("CostJob", name, spec))
+            self.post("costjobs", make_object("CostJob", name, spec))
         for plan in plans:
             spec = {"offeringRef": {"name": plan.offering, "namespace": self.namespace}}
             if plan.sources:
                 spec["usageSources"] = [dict(s) for s in plan.sources]
-            body = _object("Subscription", plan.name, spec)
+            body = make_object("Subscription", plan.name, spec)
             body["metadata"]["finalizers"] = [FINALIZER]
             self.post("subscriptions", body)
             self.put_status(plan.name, activatedAt=rfc(plan.activated), ready="True")
@@ -271,7 +275,7 @@ class Universe:
         )
 
 
-def _object(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+def make_object(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "finops.stakater.com/v1alpha1",
         "kind": kind,
