@@ -122,6 +122,8 @@ def check_records(
     for record in records:
         if record["status"] != "Success":
             assert record.get("error"), record
+            # Losing the race to a run that already finished a Subscription is no failure.
+            assert "NotFound" not in record["error"], record
             outcomes[f"{mode} failed: {record['error'][:120]}"] += 1
         else:
             outcomes[f"{mode} succeeded"] += 1

@@ -382,6 +382,8 @@ async def _write_costs(
         writes.append((state, write))
     outcomes = await _bounded_gather([w for _, w in writes], KUBE_CONCURRENCY)
     for (state, _), outcome in zip(writes, outcomes, strict=True):
+        if isinstance(outcome, ApiError) and outcome.status.code == 404:
+            continue  # gone, e.g. released by a concurrent run of this hour: nothing to write
         if isinstance(outcome, BaseException):
             run.report.errors.setdefault(state.key, f"cannot write status: {_describe(outcome)}")
         elif outcome.written and outcome.obj is not None:
