@@ -19,11 +19,12 @@ leaked finalizer); the controller's resident memory stays flat (printed every ho
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -210,6 +211,14 @@ def test_a_day_of_churn_through_the_controller_ends_with_the_oracle_ledger_and_n
     start = dt.datetime.now(h.UTC).replace(minute=0, second=0, microsecond=0) + h.HOUR
     rss: list[int] = []
     soak = Soak(uni, start)
+    seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def spent(what: str) -> Iterator[None]:
+        began = time.monotonic()
+        yield
+        seconds[what] = round(seconds.get(what, 0.0) + time.monotonic() - began, 1)
+
     with running_controller(kube, uni.namespace, env=env, skip_db=False) as proc:
         uni.post("offerings", hier.offering_body("hourly", uni.namespace, fee=FEE))
         families = SUBSCRIPTIONS // 10 // FAMILY
@@ -219,10 +228,13 @@ def test_a_day_of_churn_through_the_controller_ends_with_the_oracle_ledger_and_n
         for k in range(HOURS + SETTLE_HOURS):
             last = start + h.HOUR * k
             if k < HOURS:
-                soak.churn(last)
-                soak.settle()
+                with spent("churn"):
+                    soak.churn(last)
+                with spent("controller settling"):
+                    soak.settle()
             for mode in (h.ALLOCATIONS, h.CHARGES):
-                code, seen = uni.run(mode, last + 52 * h.MINUTE)
+                with spent(f"{mode} runs"):
+                    code, seen = uni.run(mode, last + 52 * h.MINUTE)
                 assert code == 0, (mode, k, seen[-5:])
             rss.append(rss_kib(proc))
             print(f"[faults] soak hour {k}: controller RSS {rss[-1]} KiB", flush=True)
@@ -248,5 +260,6 @@ def test_a_day_of_churn_through_the_controller_ends_with_the_oracle_ledger_and_n
             "controller_rss_kib": {"first": rss[0], "max": max(rss), "last": rss[-1]},
             "controller_rss_series_kib": rss,
             "seconds": round(time.monotonic() - started),
+            "seconds_by_phase": seconds,
         },
     )
