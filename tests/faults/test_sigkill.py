@@ -176,6 +176,7 @@ def test_sigkill_at_seeded_points_leaves_the_ledger_of_an_uninterrupted_run(
             "simulated_hours": hours,
             "kills": {m: dict(c) for m, c in kills.items()},
             "kills_total": {m: sum(c.values()) for m, c in kills.items()},
+            "finalizers_released": len(plans) - len(before.present),
             **figures,
             "seconds": round(time.monotonic() - started, 1),
         },

@@ -189,11 +189,8 @@ def fee_ledger(dsn: str) -> dict[tuple[str, dt.datetime], tuple[int, int, bool]]
     return {(u, hr.astimezone(h.UTC)): (int(q), int(a), bool(f)) for u, hr, q, a, f in rows}
 
 
-def test_a_day_of_churn_through_the_controller_ends_with_the_oracle_ledger_and_no_leaks(
-    universes: Callable[[], h.Universe], kube: controlplane.ControlPlane
-) -> None:
-    started = time.monotonic()
-    uni = universes()
+def soak_namespace(kube: controlplane.ControlPlane, uni: h.Universe) -> dict[str, str]:
+    """The soak's namespace and CostJobs; the controller's environment."""
     uni.namespace = f"soak-{uuid.uuid4().hex[:8]}"
     kube.create_namespace(uni.namespace, labels=h.TENANT_LABELS)
     for name, kind in (
@@ -201,44 +198,62 @@ def test_a_day_of_churn_through_the_controller_ends_with_the_oracle_ledger_and_n
         ("charges", "SubscriptionChargeCollection"),
     ):
         uni.post("costjobs", h.make_object("CostJob", name, {"type": kind, "interval": "1h"}))
-    env = {
+    return {
         **hier.NO_WEBHOOKS,
         "POSTGRES_CONNECTION_STRING": uni.dsn,
         "CLUSTER_ID": h.CLUSTER,
         "FINOPS_RESYNC_SECONDS": "600",
     }
-    # Simulated hours start after the real clock, so no stamp the controller wrote is later.
-    start = dt.datetime.now(h.UTC).replace(minute=0, second=0, microsecond=0) + h.HOUR
-    rss: list[int] = []
-    soak = Soak(uni, start)
-    seconds: dict[str, float] = {}
+
+
+class Day:
+    """The simulated hours: churn, let the controller settle, run both jobs; time each phase
+    and sample the controller's RSS after every hour."""
+
+    def __init__(self, uni: h.Universe, soak: Soak, proc: ControllerProcess) -> None:
+        self.uni, self.soak, self.proc = uni, soak, proc
+        self.rss: list[int] = []
+        self.seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
-    def spent(what: str) -> Iterator[None]:
+    def spent(self, what: str) -> Iterator[None]:
         began = time.monotonic()
         yield
-        seconds[what] = round(seconds.get(what, 0.0) + time.monotonic() - began, 1)
+        self.seconds[what] = round(self.seconds.get(what, 0.0) + time.monotonic() - began, 1)
 
+    def hour(self, k: int, at: dt.datetime, churn: bool) -> None:
+        if churn:
+            with self.spent("churn"):
+                self.soak.churn(at)
+            with self.spent("controller settling"):
+                self.soak.settle()
+        for mode in (h.ALLOCATIONS, h.CHARGES):
+            with self.spent(f"{mode} runs"):
+                code, seen = self.uni.run(mode, at + 52 * h.MINUTE)
+            assert code == 0, (mode, k, seen[-5:])
+        self.rss.append(rss_kib(self.proc))
+        print(f"[faults] soak hour {k}: controller RSS {self.rss[-1]} KiB", flush=True)
+
+
+def test_a_day_of_churn_through_the_controller_ends_with_the_oracle_ledger_and_no_leaks(
+    universes: Callable[[], h.Universe], kube: controlplane.ControlPlane
+) -> None:
+    started = time.monotonic()
+    uni = universes()
+    env = soak_namespace(kube, uni)
+    # Simulated hours start after the real clock, so no stamp the controller wrote is later.
+    start = dt.datetime.now(h.UTC).replace(minute=0, second=0, microsecond=0) + h.HOUR
+    soak = Soak(uni, start)
     with running_controller(kube, uni.namespace, env=env, skip_db=False) as proc:
         uni.post("offerings", hier.offering_body("hourly", uni.namespace, fee=FEE))
         families = SUBSCRIPTIONS // 10 // FAMILY
         soak.grow(SUBSCRIPTIONS - families * FAMILY, families)
         soak.settle()
-        last = start
+        day = Day(uni, soak, proc)
         for k in range(HOURS + SETTLE_HOURS):
-            last = start + h.HOUR * k
-            if k < HOURS:
-                with spent("churn"):
-                    soak.churn(last)
-                with spent("controller settling"):
-                    soak.settle()
-            for mode in (h.ALLOCATIONS, h.CHARGES):
-                with spent(f"{mode} runs"):
-                    code, seen = uni.run(mode, last + 52 * h.MINUTE)
-                assert code == 0, (mode, k, seen[-5:])
-            rss.append(rss_kib(proc))
-            print(f"[faults] soak hour {k}: controller RSS {rss[-1]} KiB", flush=True)
+            day.hour(k, start + h.HOUR * k, churn=k < HOURS)
         assert proc.healthy()
+    last = start + h.HOUR * (HOURS + SETTLE_HOURS - 1)
     leftovers = [
         n for n, o in uni.subscriptions().items() if o["metadata"].get("deletionTimestamp")
     ]
@@ -246,6 +261,7 @@ def test_a_day_of_churn_through_the_controller_ends_with_the_oracle_ledger_and_n
     want = oracle(soak.times, last)
     got = fee_ledger(uni.dsn)
     assert got == want
+    rss = day.rss
     warm = max(rss[: HOURS // 4])
     assert rss[-1] <= warm * 1.25 + 16_384, f"controller RSS grew: {rss}"
     h.write_figures(
@@ -260,6 +276,6 @@ def test_a_day_of_churn_through_the_controller_ends_with_the_oracle_ledger_and_n
             "controller_rss_kib": {"first": rss[0], "max": max(rss), "last": rss[-1]},
             "controller_rss_series_kib": rss,
             "seconds": round(time.monotonic() - started),
-            "seconds_by_phase": seconds,
+            "seconds_by_phase": day.seconds,
         },
     )
