@@ -18,6 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
+
+from finops.store import migrate
 from tests.faults import _harness as h
 
 HOURS = 6
@@ -127,3 +130,46 @@ def check_records(
             outcomes[f"{mode} failed: {record['error'][:120]}"] += 1
         else:
             outcomes[f"{mode} succeeded"] += 1
+
+
+def test_a_run_that_finds_its_subscriptions_released_meanwhile_still_succeeds(
+    universes: Callable[[], h.Universe],
+) -> None:
+    """The race of case 2 made deterministic: the run lists the deleted Subscriptions, then
+    waits (the test holds the migrations' advisory lock its ledger pass takes first) while
+    their finalizers go, as a concurrent run would release them; it must still succeed."""
+    plans = h.script(4, 8, deactivate_every=2, last_hour=3)
+    uni = universes()
+    uni.populate(plans)
+    for n in range(3):
+        uni.churn(plans, h.DAY0 + h.HOUR * n)
+        for mode in (h.ALLOCATIONS, h.CHARGES):
+            if n < 2:
+                assert uni.run(mode, h.DAY0 + h.HOUR * n)[0] == 0
+    deleting = sorted(
+        n for n, o in uni.subscriptions().items() if o["metadata"].get("deletionTimestamp")
+    )
+    assert deleting == ["sub-001", "sub-003"]
+    assert uni.run(h.ALLOCATIONS, h.DAY0 + 2 * h.HOUR)[0] == 0
+    with psycopg.connect(uni.dsn, autocommit=True) as lock:
+        lock.execute("SELECT pg_advisory_lock(%s)", (migrate.LOCK_KEY,))
+        proc = uni.spawn(h.CHARGES, h.DAY0 + 2 * h.HOUR)
+        h.wait_until(
+            "the charge run waiting for the ledger",
+            lambda: (
+                h.waiting_on_lock(uni.dsn, uni.app, "pg_advisory_lock") > 0
+                or proc.proc.poll() is not None
+            ),
+        )
+        assert proc.proc.poll() is None, proc.output()
+        with uni.kube.http() as client:
+            for name in deleting:
+                resp = client.patch(
+                    f"{h.GROUP}/namespaces/{uni.namespace}/subscriptions/{name}",
+                    json={"metadata": {"finalizers": None}},
+                    headers={"Content-Type": "application/merge-patch+json"},
+                )
+                assert resp.status_code == 200, resp.text
+        assert not set(deleting) & set(uni.subscriptions())
+    assert proc.wait() == 0, proc.output()
+    assert uni.costjob_history("charges")[0]["status"] == "Success"
