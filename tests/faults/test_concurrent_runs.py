@@ -19,9 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from tests.faults import _harness as h
 
 from finops.store import migrate
-from tests.faults import _harness as h
 
 HOURS = 6
 SUBSCRIPTIONS = 24

@@ -23,13 +23,13 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from tests.faults import _harness as h
+from tests.kube import _hierarchy as hier
+from tests.kube.test_controller_support import ControllerProcess, running_controller, wait_for
 
 from finops.devenv import controlplane, postgres
 from finops.devenv import opencost_replay as replay
 from finops.store import migrate
-from tests.faults import _harness as h
-from tests.kube import _hierarchy as hier
-from tests.kube.test_controller_support import ControllerProcess, running_controller, wait_for
 
 FAULTS = ("ledger transaction", "down at start", "ledger transaction", "down at start")
 

@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
-
-from finops.devenv import controlplane
 from tests.faults import _harness as h
 from tests.kube import _hierarchy as hier
 from tests.kube.test_controller_support import ControllerProcess, running_controller
+
+from finops.devenv import controlplane
 
 SUBSCRIPTIONS = int(os.environ.get("FAULTS_SOAK_SUBSCRIPTIONS", "500"))
 HOURS = 24
