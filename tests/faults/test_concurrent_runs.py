@@ -3,7 +3,7 @@
 Each simulated hour, the racing universe starts two allocation processes together, then two
 charge processes together, alternating between two processes of the same CostJob and two
 CostJobs over the same namespaces (an unsharded and a sharded allocation CostJob; two charge
-CostJobs over one namespace). Every other hour the test holds a lock the writes need until
+CostJobs over one namespace). In 4 of 6 hours the test holds a lock the writes need until
 both runs wait on it, so they meet inside the ledger write rather than one after the other.
 
 Invariants: the ledger equals that of one uninterrupted run per hour (no duplicate, no lost
