@@ -23,6 +23,7 @@ from finops import operator
 from finops.devenv import controlplane
 
 CRDS = _helm.REPO / "deploy" / "crds"
+MANAGER = "finops-operator-controller-manager"
 CHART_CRDS = _helm.CHART / "crds"
 
 STARTERS: dict[str, Any] = {
@@ -45,7 +46,33 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "mto": {"controllerManager": {"manager": {"env": {"mtoEnabled": "true"}}}},
     "starter-resources": STARTERS,
     "webhooks-off": {"webhook": {"enabled": False}},
-    "gateway-placeholder": {"finopsGatewayGateway": {"enabled": True}},
+    "gateway-off": {"finopsGatewayGateway": {"enabled": False}},
+    "gateway-open-with-ingress": {
+        "finopsGatewayGateway": {"finopsGatewayContainer": {"env": {"enableAuth": "false"}}},
+        "finopsGatewayIngress": {
+            "enabled": True,
+            "className": "nginx",
+            "rules": [
+                {
+                    "host": "costs.example.com",
+                    "http": {
+                        "paths": [
+                            {
+                                "path": "/",
+                                "pathType": "Prefix",
+                                "backend": {
+                                    "service": {
+                                        "name": "finops-operator-finops-gateway-service",
+                                        "port": {"name": "http"},
+                                    }
+                                },
+                            }
+                        ]
+                    },
+                }
+            ],
+        },
+    },
 }
 
 CERT_MANAGER_CRDS = [
@@ -221,7 +248,7 @@ class TestWebhookCertificates:
             [rule] = hook["rules"]
             assert (rule["resources"], rule["operations"]) == (resources, operations)
         target_ports = {p["targetPort"] for p in service["spec"]["ports"]}
-        deployment = _helm.find(objects, "Deployment")
+        deployment = _helm.find(objects, "Deployment", MANAGER)
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         assert target_ports <= {p["containerPort"] for p in container["ports"]}
 
@@ -257,7 +284,7 @@ class TestWebhookCertificates:
 
 
 def _manager_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    deployment = _helm.find(objects, "Deployment", "finops-operator-controller-manager")
+    deployment = _helm.find(objects, "Deployment", MANAGER)
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     return dict(container)
 
@@ -316,7 +343,7 @@ class TestManagerDeployment:
         [port] = metrics["spec"]["ports"]
         assert (port["name"], port["port"]) == ("https", 8443)
         assert f"--metrics-bind-address=:{port['targetPort']}" in container["args"]
-        deployment = _helm.find(objects, "Deployment")
+        deployment = _helm.find(objects, "Deployment", MANAGER)
         selector = deployment["spec"]["selector"]["matchLabels"]
         assert metrics["spec"]["selector"] == selector
         assert metrics["metadata"]["labels"]["control-plane"] == "controller-manager"
@@ -337,7 +364,7 @@ class TestManagerDeployment:
     ) -> None:
         namespace = f"psa-{uuid.uuid4().hex[:8]}"
         kube.create_namespace(namespace, {"pod-security.kubernetes.io/enforce": "restricted"})
-        deployment = _helm.find(render({}, tmp_path, namespace=namespace), "Deployment")
+        deployment = _helm.find(render({}, tmp_path, namespace=namespace), "Deployment", MANAGER)
         pod_spec = deployment["spec"]["template"]["spec"]
 
         def pod(spec: dict[str, Any]) -> dict[str, Any]:

@@ -206,7 +206,7 @@ class TestRenderedRole:
         assert granted == set(NEEDED)
 
     def test_generated_job_pods_use_the_job_identity(self, installed: Installed) -> None:
-        deployment = _helm.find(installed.objects, "Deployment")
+        deployment = _helm.find(installed.objects, "Deployment", f"{RELEASE}-controller-manager")
         [container] = deployment["spec"]["template"]["spec"]["containers"]
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["JOB_SERVICE_ACCOUNT"] == JOB_SA
