@@ -116,3 +116,37 @@ def format_units(micros: int) -> str:
     whole, frac = divmod(abs(micros), MICROS_PER_UNIT)
     digits = f"{frac:06d}".rstrip("0").ljust(2, "0")
     return f"{sign}{whole:,}.{digits}"
+
+
+# ISO 4217 minor units of the currencies that do not use two decimals; every other code
+# (and an unknown or empty one) is shown with two.
+_MINOR_UNITS: dict[str, int] = {
+    **dict.fromkeys(("BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW"), 0),
+    **dict.fromkeys(("PYG", "RWF", "UGX", "UYI", "VND", "VUV", "XAF", "XOF", "XPF"), 0),
+    **dict.fromkeys(("BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"), 3),
+    "CLF": 4,
+    "UYW": 4,
+}
+
+
+def currency_decimals(currency: str) -> int:
+    """How many decimals people expect for `currency` (ISO 4217 minor units; default 2)."""
+    return _MINOR_UNITS.get(currency.strip().upper(), 2)
+
+
+def format_money(micros: int, currency: str = "") -> str:
+    """Micros as people read money: the currency's fixed decimals, thousands separators.
+
+    One format for every amount in a table, so columns compare at a glance: `193326488`
+    USD -> `193.33`, `28440000000` -> `28,440.00`, JPY -> no decimals. The amount is rounded
+    half to even for display only. A non-zero amount smaller than the currency's smallest
+    unit would read as nothing at all, so it shows as `<0.01` (or `>-0.01`) instead of `0.00`.
+    """
+    places = currency_decimals(currency)
+    rounded = round_half_even(Fraction(micros, 10 ** (DECIMALS - places)))
+    if rounded == 0 and micros != 0:
+        smallest = f"0.{'1'.rjust(places, '0')}" if places else "1"
+        return f"<{smallest}" if micros > 0 else f">-{smallest}"
+    sign = "-" if rounded < 0 else ""
+    whole, frac = divmod(abs(rounded), 10**places)
+    return f"{sign}{whole:,}.{frac:0{places}d}" if places else f"{sign}{whole:,}"

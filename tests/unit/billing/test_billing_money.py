@@ -138,3 +138,50 @@ class TestUnitsForPeople:
     @given(st.integers(min_value=0, max_value=money.MAX_MICROS))
     def test_formatted_units_parse_back_to_the_same_micros(self, micros: int) -> None:
         assert money.parse_rate("x", money.format_units(micros).replace(",", "")) == micros
+
+
+class TestOneMoneyFormat:
+    @pytest.mark.parametrize(
+        ("micros", "currency", "text"),
+        [
+            (40_000_000, "USD", "40.00"),
+            (193_326_488, "USD", "193.33"),
+            (28_440_000_000, "USD", "28,440.00"),
+            (1_234_567_890_123, "EUR", "1,234,567.89"),
+            (0, "USD", "0.00"),
+            (-1_500_000, "USD", "-1.50"),
+            (15_000, "USD", "0.02"),  # half to even
+            (25_000, "USD", "0.02"),
+            (1, "USD", "<0.01"),
+            (5_000, "USD", "<0.01"),  # rounds to zero, but is not nothing
+            (-1, "USD", ">-0.01"),
+            (1_234_567_890, "JPY", "1,235"),
+            (400_000, "JPY", "<1"),
+            (1_234_567, "KWD", "1.235"),
+            (300, "kwd", "<0.001"),
+            (1_000_000, "", "1.00"),
+        ],
+    )
+    def test_amounts_read_in_the_currencys_fixed_decimals(
+        self, micros: int, currency: str, text: str
+    ) -> None:
+        assert money.format_money(micros, currency) == text
+
+    @settings(deadline=None)
+    @given(
+        st.integers(min_value=-money.MAX_MICROS, max_value=money.MAX_MICROS),
+        st.sampled_from(["USD", "JPY", "KWD", "CLF"]),
+    )
+    def test_shown_amount_is_within_half_a_minor_unit_and_never_zero_when_it_is_not(
+        self, micros: int, currency: str
+    ) -> None:
+        text = money.format_money(micros, currency)
+        places = money.currency_decimals(currency)
+        if text.startswith(("<", ">")):
+            assert micros != 0
+            assert abs(micros) * 2 <= 10 ** (money.DECIMALS - places)
+            return
+        shown = Decimal(text.replace(",", ""))
+        assert shown.as_tuple().exponent == -places
+        assert abs(shown * money.MICROS_PER_UNIT - micros) * 2 <= 10 ** (money.DECIMALS - places)
+        assert (shown == 0) == (micros == 0)
