@@ -13,6 +13,7 @@ import datetime as dt
 import io
 import math
 import pathlib
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -179,6 +180,33 @@ def test_metrics_expose_costs_of_the_run(services: sandbox.Services) -> None:
     assert reconciled is not None and reconciled > 0
 
 
+def test_the_printed_gateway_urls_serve_the_ledgers_costs(services: sandbox.Services) -> None:
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    window = (now - dt.timedelta(days=1), now + dt.timedelta(days=1))
+    out = io.StringIO()
+    sandbox.report(services, out, window)
+    printed = out.getvalue()
+    assert f"gateway: {services.gateway_url}/" in printed and "ENABLE_AUTH=false" in printed
+    urls = re.findall(r"curl '([^']+)'", printed)
+    assert [u.split("/namespaces/")[1].split("/")[0] for u in urls] == ["team-apps"]
+    with psycopg.connect(services.dsn) as conn:
+        rows = conn.execute(
+            "SELECT subscription_uid::text, source, sum(amount_micros), "
+            "coalesce(sum(amount_micros) FILTER (WHERE finalized), 0) "
+            "FROM subscription_charges WHERE hour >= %s AND hour < %s GROUP BY 1, 2",
+            window,
+        ).fetchall()
+    ledger = {(uid, source): (int(total), int(final)) for uid, source, total, final in rows}
+    assert sum(total for total, _ in ledger.values()) > 0
+    got = httpx.get(urls[0], timeout=10)
+    assert got.status_code == 200, got.text
+    served = {
+        (i["subscriptionUid"], i["source"]): (i["totalMicros"], i["finalizedMicros"])
+        for i in got.json()["items"]
+    }
+    assert served == ledger
+
+
 def test_uninstall_in_the_documented_order_strands_nothing(services: sandbox.Services) -> None:
     with services.kube.http() as client:
         # 1. Subscriptions: deleted, wound down by the controller, released by a charge run.
@@ -261,3 +289,13 @@ def test_the_sandbox_command_prints_the_cost_table_and_exits(tmp_path: pathlib.P
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUBSCRIPTION" in done.stdout and "team-apps/apps-platform" in done.stdout
     assert "export KUBECONFIG=" in done.stdout
+    assert re.search(r"gateway serving the ledger at http://127\.0\.0\.1:\d+ ", done.stdout)
+    collected = re.findall(r"collected hour (\S+): ok", done.stdout)
+    assert len(collected) == 2
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:00:00Z", hour) for hour in collected)
+    # USD, one format: two decimals, thousands separated, never 0.00 for a non-zero amount.
+    amount = re.compile(r"<0\.01|\d{1,3}(,\d{3})*\.\d\d")
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("team-apps/")]
+    assert len(rows) == 3
+    for row in rows:
+        assert all(amount.fullmatch(cell) for cell in row[-4:]), row

@@ -29,6 +29,7 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
 from finops.billing import money
+from finops.collection import plan
 from finops.devenv import controlplane, postgres, tls
 from finops.devenv import opencost_replay as replay
 from finops.devenv import webhooks as local_webhooks
@@ -106,6 +107,9 @@ class Services:
     controller: subprocess.Popen[bytes]
     controller_log: pathlib.Path
     metrics_url: str
+    gateway: subprocess.Popen[bytes]
+    gateway_url: str
+    gateway_log: pathlib.Path
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float) -> bool:
@@ -184,8 +188,11 @@ def services(
         _await_ready(probe_port, log_path)
         _register_webhooks(kube, webhook_port, ca)
         _say(out, f"admission webhooks served on 127.0.0.1:{webhook_port} and registered")
+        gw_log = state / "gateway.log"
+        gw, gw_url = _start_gateway(stack, dsn, gw_log, out)
+        metrics_url = f"http://127.0.0.1:{metrics_port}"
         yield Services(
-            kube, pg, dsn, opencost, controller, log_path, f"http://127.0.0.1:{metrics_port}"
+            kube, pg, dsn, opencost, controller, log_path, metrics_url, gw, gw_url, gw_log
         )
 
 
@@ -261,6 +268,35 @@ def _register_webhooks(kube: controlplane.ControlPlane, port: int, ca: tls.TinyC
             raise SandboxError(f"registering the admission webhooks: {resp.text}")
 
 
+def _start_gateway(
+    stack: contextlib.ExitStack, dsn: str, log_path: pathlib.Path, out: TextIO
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`finops-gateway` on a free loopback port, without authentication (nothing but this
+    machine can reach it); returns the process and its URL once it answers."""
+    port = controlplane.free_port()
+    env = {
+        **os.environ,
+        "PG_CONNECTION_STRING": dsn,
+        "PORT": str(port),
+        "BIND_HOST": "127.0.0.1",
+        "ENABLE_AUTH": "false",
+    }
+    _say(out, f"starting the gateway (log: {log_path})")
+    with log_path.open("wb") as log_file:
+        gateway = subprocess.Popen(
+            [sys.executable, "-m", "finops.gateway.app"],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    stack.callback(controlplane.stop_process, gateway)
+    url = f"http://127.0.0.1:{port}"
+    if not _wait("gateway", lambda: httpx.get(f"{url}/healthz", timeout=2).status_code == 200, 60):
+        raise SandboxError(f"the gateway did not answer on {url}; see {log_path}")
+    _say(out, f"gateway serving the ledger at {url} (ENABLE_AUTH=false: local use only)")
+    return gateway, url
+
+
 def _opencost_deployment() -> dict[str, Any]:
     """A stand-in for the OpenCost Deployment the PriceBook reconciler restarts (it never runs:
     there is no scheduler in the sandbox, but the restart annotation is visible on it)."""
@@ -329,7 +365,6 @@ def simulate_hours(svc: Services, hours: int, out: TextIO, start_offset: int = 0
     for k in range(hours + 1):
         scheduled = start + k * HOUR
         last = scheduled
-        stamp = scheduled.strftime("%Y-%m-%dT%H:%M:%SZ")
         alloc = _run_job(
             svc, allocation_job.run, job_env(svc, "resource-cost-collection", scheduled), scheduled
         )
@@ -340,7 +375,9 @@ def simulate_hours(svc: Services, hours: int, out: TextIO, start_offset: int = 0
             scheduled,
         )
         outcome = "ok" if alloc == charge == 0 else f"allocations={alloc} charges={charge}"
-        _say(out, f"collected hour {stamp}: {outcome}")
+        # The job pins the scheduled time's whole hour; name that hour, not the wall clock.
+        hour = plan.rfc3339(plan.truncate_hour(scheduled))
+        _say(out, f"collected hour {hour}: {outcome}")
     return last
 
 
@@ -369,8 +406,8 @@ def _bucket(sub: Mapping[str, Any], granularity: str) -> tuple[int, int]:
     return 0, 0
 
 
-def cost_table(client: httpx.Client) -> str:
-    """Every Subscription's buckets in currency units, one line each."""
+def cost_table(client: httpx.Client, currency: str = "") -> str:
+    """Every Subscription's buckets, one line each, every amount in one money format."""
     header = (
         f"{'SUBSCRIPTION':<32} {'OFFERING':<16} {'ACTIVE':<7} "
         f"{'HOUR':>10} {'DAY':>12} {'MONTH':>14} {'MONTH (PROJECTED)':>18}"
@@ -387,23 +424,41 @@ def cost_table(client: httpx.Client) -> str:
         hour, _ = _bucket(sub, "hour")
         day, _ = _bucket(sub, "day")
         month, month_projected = _bucket(sub, "month")
+        hour_s, day_s, month_s, projected_s = (
+            money.format_money(m, currency) for m in (hour, day, month, month_projected)
+        )
         lines.append(
-            f"{name:<32} {offering:<16} {active:<7} {money.format_units(hour):>10} "
-            f"{money.format_units(day):>12} {money.format_units(month):>14} "
-            f"{money.format_units(month_projected):>18}"
+            f"{name:<32} {offering:<16} {active:<7} "
+            f"{hour_s:>10} {day_s:>12} {month_s:>14} {projected_s:>18}"
         )
     return "\n".join(lines)
 
 
-def report(svc: Services, out: TextIO) -> None:
-    """The table, then where to look."""
+def costs_urls(
+    svc: Services, namespaces: Sequence[str], window: tuple[dt.datetime, dt.datetime]
+) -> list[str]:
+    """The gateway's costs endpoint for each namespace over `window` (half-open)."""
+    start, end = (plan.rfc3339(t) for t in window)
+    return [
+        f"{svc.gateway_url}/api/v1/namespaces/{ns}/costs?from={start}&to={end}" for ns in namespaces
+    ]
+
+
+def report(svc: Services, out: TextIO, window: tuple[dt.datetime, dt.datetime]) -> None:
+    """The table, then where to look (`window`: the collected hours, for the gateway URLs)."""
     with svc.kube.http() as client:
-        table = cost_table(client)
-        currency = next((b["spec"].get("currency", "") for b in _list(client, "pricebooks")), "")
+        books = _list(client, "pricebooks")
+        active = [b for b in books if (b.get("status") or {}).get("active")] or books
+        currency = next((b["spec"].get("currency", "") for b in active), "")
+        table = cost_table(client, currency)
+        namespaces = sorted({s["metadata"]["namespace"] for s in _list(client, "subscriptions")})
     print(
-        f"\nSubscription costs ({currency}; settled so far, and the month's projection):", file=out
+        f"\nSubscription costs ({currency or 'no active PriceBook'}; "
+        "settled so far, and the month's projection):",
+        file=out,
     )
     print(table, file=out)
+    curls = "\n".join(f"  curl '{url}'" for url in costs_urls(svc, namespaces, window))
     print(
         f"""
 Where to look:
@@ -412,6 +467,8 @@ Where to look:
   kubectl get subscription apps-hosting -n team-apps -o yaml     # status.costs
   psql '{svc.dsn}' -c 'select * from subscription_charges limit 20'
   controller metrics: {svc.metrics_url}/metrics    controller log: {svc.controller_log}
+  gateway: {svc.gateway_url}/    (ENABLE_AUTH=false: no token needed; this machine only)
+{curls}
 """,
         file=out,
         flush=True,
@@ -436,17 +493,22 @@ def run(hours: int, exit_after_report: bool, state: pathlib.Path, out: TextIO) -
                 for obj in load_examples():
                     apply(client, obj)
             wait_for_activation(svc, out)
-            simulate_hours(svc, hours, out)
-            report(svc, out)
+            first = plan.truncate_hour(dt.datetime.now(dt.UTC))
+            last = simulate_hours(svc, hours, out)
+            report(svc, out, (first, plan.truncate_hour(last) + HOUR))
             if exit_after_report:
                 return 0
             _say(out, "running; press Ctrl-C to stop and remove everything")
             try:
-                while svc.controller.poll() is None:
+                while svc.controller.poll() is None and svc.gateway.poll() is None:
                     time.sleep(1)
             except KeyboardInterrupt:
                 _say(out, "stopping")
                 return 0
+            if svc.gateway.returncode is not None:
+                raise SandboxError(
+                    f"the gateway exited ({svc.gateway.returncode}); see {svc.gateway_log}"
+                )
             raise SandboxError(
                 f"the controller exited ({svc.controller.returncode}); see {svc.controller_log}"
             )

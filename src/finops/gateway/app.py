@@ -39,6 +39,8 @@ PORT_ENV = "PORT"
 DSN_ENV = "PG_CONNECTION_STRING"
 AUTH_ENV = "ENABLE_AUTH"
 ORIGINS_ENV = "ALLOWED_ORIGINS"
+# Where to listen; every interface unless set (the sandbox binds loopback only).
+HOST_ENV = "BIND_HOST"
 DEFAULT_PORT = 8080
 MAX_WINDOW = dt.timedelta(days=366)
 GROUP = "finops.stakater.com"
@@ -348,7 +350,8 @@ def main() -> int:
         await run_in_threadpool(ledger.close)
 
     app.router.lifespan_context = lifespan
-    uvicorn.run(app, host="0.0.0.0", port=settings.port, log_level="info")
+    host = os.environ.get(HOST_ENV, "").strip() or "0.0.0.0"
+    uvicorn.run(app, host=host, port=settings.port, log_level="info")
     return 0
 
 
