@@ -1,4 +1,4 @@
-# The one image: controller manager, the two job modes and the CLI.
+# The one image: controller manager, the two job modes, the gateway (finops-gateway) and the CLI.
 #
 # Stage 1 builds the wheel and installs it with its dependencies into a virtualenv.
 # Stage 2 copies only that virtualenv onto a clean base: no pip cache, no build backend,
@@ -20,7 +20,7 @@ RUN python -m pip wheel --no-deps --wheel-dir /dist . \
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="finops-operator" \
-      org.opencontainers.image.description="FinOps operator: controller, job modes and CLI" \
+      org.opencontainers.image.description="FinOps operator: controller, job modes, gateway and CLI" \
       org.opencontainers.image.licenses="Apache-2.0"
 # The venv lives at the same path as in the build stage, so its scripts' shebangs hold.
 COPY --from=build /opt/finops /opt/finops

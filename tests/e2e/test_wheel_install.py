@@ -125,6 +125,12 @@ class TestInstalledWheel:
         assert "--mode" in operator.stdout and "collectionjob" in operator.stdout
         assert "validate" in cli.stdout and "simulate" in cli.stdout
 
+    def test_the_gateway_script_the_chart_runs_is_installed(self, installed: Installed) -> None:
+        """The chart's gateway container runs `finops-gateway` from the image's virtualenv."""
+        done = installed.run("finops-gateway", env={"PG_CONNECTION_STRING": ""})
+        assert done.returncode == 1
+        assert "PG_CONNECTION_STRING is not set" in done.stderr
+
     def test_validate_accepts_a_valid_manifest_and_refuses_an_invalid_one(
         self, installed: Installed
     ) -> None:
