@@ -3,6 +3,7 @@ applying rendered objects to the real API server (server-side apply, optionally 
 
 from __future__ import annotations
 
+import base64
 import functools
 import pathlib
 import subprocess
@@ -44,12 +45,16 @@ def run_helm(args: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def lint(values: Mapping[str, Any], workdir: pathlib.Path) -> subprocess.CompletedProcess[str]:
+def lint(
+    values: Mapping[str, Any], workdir: pathlib.Path, namespace: str = "finops-operator-system"
+) -> subprocess.CompletedProcess[str]:
     return run_helm(
         [
             "lint",
             str(CHART),
             "--strict",
+            "--namespace",
+            namespace,
             "--kube-version",
             KUBE_VERSION,
             *_values_args(values, workdir),
@@ -58,9 +63,17 @@ def lint(values: Mapping[str, Any], workdir: pathlib.Path) -> subprocess.Complet
 
 
 def template(
-    release: str, namespace: str, values: Mapping[str, Any], workdir: pathlib.Path
+    release: str,
+    namespace: str,
+    values: Mapping[str, Any],
+    workdir: pathlib.Path,
+    kubeconfig: pathlib.Path | None = None,
 ) -> list[dict[str, Any]]:
-    """`helm template` output as objects; raises with helm's stderr when rendering fails."""
+    """`helm template` output as objects; raises with helm's stderr when rendering fails.
+
+    With `kubeconfig`, renders against that cluster (`--dry-run=server`), so `lookup` sees
+    what exists there; without, `lookup` finds nothing."""
+    server = ["--dry-run=server", "--kubeconfig", str(kubeconfig)] if kubeconfig else []
     done = run_helm(
         [
             "template",
@@ -68,8 +81,7 @@ def template(
             str(CHART),
             "--namespace",
             namespace,
-            "--kube-version",
-            KUBE_VERSION,
+            *(server or ["--kube-version", KUBE_VERSION]),
             *_values_args(values, workdir),
         ]
     )
@@ -92,6 +104,12 @@ def find(objects: Iterable[dict[str, Any]], kind: str, name: str | None = None) 
 
 def of_kind(objects: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] == kind]
+
+
+def secret_data(objects: Iterable[dict[str, Any]], name: str) -> dict[str, str]:
+    """A rendered Secret's data, decoded."""
+    secret = find(objects, "Secret", name)
+    return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
 
 class Api:

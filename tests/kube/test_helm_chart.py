@@ -73,6 +73,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
             ],
         },
     },
+    "mdo-dependencies": {"mdoDependencies": {"enabled": True}},
 }
 
 CERT_MANAGER_CRDS = [
@@ -200,7 +201,7 @@ class TestWebhookCertificates:
     ) -> None:
         objects = render({}, tmp_path)
         vwc = _helm.find(objects, "ValidatingWebhookConfiguration")
-        cert = _helm.find(objects, "Certificate")
+        cert = _helm.find(objects, "Certificate", "finops-operator-serving-cert")
         issuer = _helm.find(objects, "Issuer")
         service = _helm.find(objects, "Service", "finops-operator-webhook-service")
         inject = vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
@@ -278,9 +279,51 @@ class TestWebhookCertificates:
     ) -> None:
         objects = render(VARIANTS["webhooks-off"], tmp_path)
         assert not _helm.of_kind(objects, "ValidatingWebhookConfiguration")
-        assert not _helm.of_kind(objects, "Certificate")
+        secrets = [c["spec"]["secretName"] for c in _helm.of_kind(objects, "Certificate")]
+        assert secrets == ["metrics-server-cert"], "only the metrics certificate is left"
         env = _manager_env(objects)
         assert env["ENABLE_WEBHOOKS"] == {"name": "ENABLE_WEBHOOKS", "value": "false"}
+
+
+class TestMetricsCertificate:
+    def test_cert_manager_issues_the_metrics_certificate_for_the_metrics_service(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        objects = render({}, tmp_path)
+        cert = _helm.find(objects, "Certificate", "finops-operator-metrics-certs")
+        issuer = _helm.find(objects, "Issuer")
+        metrics = _helm.find(
+            objects, "Service", "finops-operator-controller-manager-metrics-service"
+        )
+        svc = metrics["metadata"]["name"]
+        assert cert["spec"]["secretName"] == "metrics-server-cert"
+        assert cert["spec"]["issuerRef"] == {"kind": "Issuer", "name": issuer["metadata"]["name"]}
+        assert set(cert["spec"]["dnsNames"]) == {
+            f"{svc}.finops-operator-system.svc",
+            f"{svc}.finops-operator-system.svc.cluster.local",
+        }
+
+    def test_the_manager_mounts_the_metrics_certificate_secret(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        objects = render({}, tmp_path)
+        container = _manager_container(objects)
+        pod = _helm.find(objects, "Deployment")["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        [mount] = [m for m in container["volumeMounts"] if m["name"] == "metrics-certs"]
+        assert mount == {
+            "name": "metrics-certs",
+            "mountPath": "/tmp/k8s-metrics-server/metrics-certs",
+            "readOnly": True,
+        }
+        assert volumes["metrics-certs"]["secret"]["secretName"] == "metrics-server-cert"
+
+    def test_without_cert_manager_nothing_is_mounted_for_metrics(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        container = _manager_container(render(VARIANTS["cert-manager-off"], tmp_path))
+        assert "metrics-certs" not in {m["name"] for m in container["volumeMounts"]}
+        assert not [a for a in container["args"] if a.startswith("--metrics-cert-path")]
 
 
 def _manager_container(objects: list[dict[str, Any]]) -> dict[str, Any]:

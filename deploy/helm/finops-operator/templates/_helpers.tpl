@@ -52,6 +52,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-webhook-service" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- define "finops-operator.metricsService" -}}
+{{- printf "%s-controller-manager-metrics-service" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Where the metrics Certificate's Secret is mounted; --metrics-cert-path points here. */}}
+{{- define "finops-operator.metricsCertPath" -}}
+/tmp/k8s-metrics-server/metrics-certs
+{{- end -}}
+
 {{- define "finops-operator.servingCert" -}}
 {{- printf "%s-serving-cert" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
@@ -60,6 +69,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "finops-operator.validate" -}}
 {{- if and .Values.certManager.enabled .Values.openshift.enabled -}}
 {{- fail "certManager.enabled and openshift.enabled are alternatives: enable one of them" -}}
+{{- end -}}
+{{- with .Values.mdoDependencies -}}
+{{- if .enabled -}}
+{{- $ocNamespace := $.Values.controllerManager.manager.env.opencostDeploymentNamespace -}}
+{{- if ne $ocNamespace $.Release.Namespace -}}
+{{- fail (printf "mdoDependencies.enabled installs OpenCost in the release namespace %q, but controllerManager.manager.env.opencostDeploymentNamespace is %q: set it to %q" $.Release.Namespace $ocNamespace $.Release.Namespace) -}}
+{{- end -}}
+{{- if or (not .postgres.database) (not .postgres.username) -}}
+{{- fail "mdoDependencies.postgres.database and mdoDependencies.postgres.username must not be empty" -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -89,4 +109,48 @@ spec:
   {{- with $k8s }}
   kubernetesOperationTimeout: {{ . | quote }}
   {{- end }}
+{{- end -}}
+
+{{/* Bundled dependencies (mdoDependencies): object names and in-cluster addresses. */}}
+{{- define "finops-operator.postgresName" -}}
+{{- printf "%s-postgres" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "finops-operator.postgresCredentials" -}}
+{{- printf "%s-postgres-credentials" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "finops-operator.prometheusName" -}}
+{{- printf "%s-prometheus" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* OpenCost's Deployment and Service: the Deployment the manager restarts. */}}
+{{- define "finops-operator.opencostName" -}}
+{{- .Values.controllerManager.manager.env.opencostDeploymentName -}}
+{{- end -}}
+
+{{/* <service>.<namespace>.svc.<cluster domain>. Argument: (list $ "<service>"). */}}
+{{- define "finops-operator.serviceHost" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s.%s.svc.%s" (index . 1) $root.Release.Namespace $root.Values.kubernetesClusterDomain -}}
+{{- end -}}
+
+{{/*
+Selector of one bundled dependency's pods. Argument: (list $ "<component>"). No
+control-plane label, so the manager's selector never matches them.
+*/}}
+{{- define "finops-operator.dependencySelector" -}}
+app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* Labels of one bundled dependency's objects. Argument: (list $ "<component>"). */}}
+{{- define "finops-operator.dependencyLabels" -}}
+{{ include "finops-operator.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* Percent-encode one part of a connection URI (urlquery writes a space as "+"). */}}
+{{- define "finops-operator.uriEscape" -}}
+{{- urlquery . | replace "+" "%20" -}}
 {{- end -}}
