@@ -26,14 +26,13 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 from tests.kube import _helm
-from tests.kube.test_controller_support import running_controller
+from tests.kube import test_controller_support as support
 
 from finops.devenv import controlplane, postgres
 from finops.pricing import opencost_document
 from finops.store import migrate
 
 NAMESPACE = "finops-operator-system"
-ENABLED: dict[str, Any] = {"mdoDependencies": {"enabled": True}}
 # Characters a URI would misread unless the chart escapes them.
 AWKWARD_PASSWORD = "p@ss w:rd/%+?#1"
 
@@ -280,6 +279,13 @@ def test_dependency_pods_pass_the_restricted_pod_security_standard(
     )
     refused = []
     with kube.http() as client:
+        bare = {"containers": [{"name": "postgres", "image": "postgres:17"}]}
+        resp = client.post(
+            f"/api/v1/namespaces/{namespace}/pods",
+            json={"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"}, "spec": bare},
+            params={"dryRun": "All"},
+        )
+        assert resp.status_code == 403, "the namespace does not enforce the standard"
         for workload in (
             "StatefulSet/finops-operator-postgres",
             "Deployment/finops-operator-opencost",
@@ -409,7 +415,7 @@ def test_the_controller_starts_against_the_dsn_the_rendered_secret_holds(
 
     env = _resolved_env(objects, kube_namespace, secrets)
     with (
-        running_controller(kube, kube_namespace, env=env, skip_db=False) as proc,
+        support.running_controller(kube, kube_namespace, env=env, skip_db=False) as proc,
         psycopg.connect(dsn) as conn,
     ):
         versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
