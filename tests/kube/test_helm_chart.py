@@ -318,6 +318,13 @@ class TestMetricsCertificate:
         }
         assert volumes["metrics-certs"]["secret"]["secretName"] == "metrics-server-cert"
 
+    def test_args_that_set_a_metrics_cert_path_are_left_as_given(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        args = ["--leader-elect", "--metrics-cert-path=/certs", "--metrics-cert-name=c.pem"]
+        values = {"controllerManager": {"manager": {"args": args}}}
+        assert _manager_container(render(values, tmp_path))["args"] == args
+
     def test_without_cert_manager_nothing_is_mounted_for_metrics(
         self, tmp_path: pathlib.Path
     ) -> None:
@@ -399,8 +406,10 @@ class TestManagerDeployment:
         assert args.mode == "controller"
         assert args.leader_elect
         assert args.health_probe_bind_address == ":8081"
-        mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["webhook-certs"]
-        assert args.webhook_cert_path == mount
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert args.webhook_cert_path == mounts["webhook-certs"]
+        assert args.metrics_cert_path == mounts["metrics-certs"]
+        assert (args.metrics_cert_name, args.metrics_cert_key) == ("tls.crt", "tls.key")
 
     def test_manager_pod_passes_the_restricted_pod_security_standard(
         self, kube: controlplane.ControlPlane, tmp_path: pathlib.Path

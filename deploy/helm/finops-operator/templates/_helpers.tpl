@@ -61,6 +61,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 /tmp/k8s-metrics-server/metrics-certs
 {{- end -}}
 
+{{/* The manager's args, plus --metrics-cert-path when cert-manager issues the metrics cert. */}}
+{{- define "finops-operator.managerArgs" -}}
+{{- $args := .Values.controllerManager.manager.args | default list -}}
+{{- if .Values.certManager.enabled -}}
+{{- $given := false -}}
+{{- range $args -}}
+{{- if hasPrefix "--metrics-cert-path" (toString .) -}}
+{{- $given = true -}}
+{{- end -}}
+{{- end -}}
+{{- if not $given -}}
+{{- $args = append $args (printf "--metrics-cert-path=%s" (include "finops-operator.metricsCertPath" .)) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $args -}}
+{{- end -}}
+
 {{- define "finops-operator.servingCert" -}}
 {{- printf "%s-serving-cert" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
