@@ -24,6 +24,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
 from psycopg import conninfo, sql
 from tests.kube import _helm
 from tests.kube import test_controller_support as support
@@ -221,6 +222,32 @@ class TestRendering:
         values = _values("elsewhere")
         with pytest.raises(_helm.RenderError, match="opencostDeploymentNamespace"):
             _helm.template("finops-operator", NAMESPACE, values, tmp_path)
+
+
+def test_helm_install_dry_run_with_the_dependencies_against_the_real_api_server(
+    kube: controlplane.ControlPlane, kube_namespace: str, tmp_path: pathlib.Path
+) -> None:
+    values = _values(kube_namespace)
+    values["certManager"] = {"enabled": False}  # no cert-manager CRDs on this server
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    done = _helm.run_helm(
+        [
+            "install",
+            f"fo-{uuid.uuid4().hex[:6]}",
+            str(_helm.CHART),
+            "--namespace",
+            kube_namespace,
+            "--dry-run=server",
+            "--kubeconfig",
+            str(kube.kubeconfig),
+            "-f",
+            str(tmp_path / "values.yaml"),
+        ]
+    )
+    assert done.returncode == 0, done.stderr
+    assert "STATUS: pending-install" in done.stdout
+    assert "Bundled dependencies are on" in done.stdout
+    assert "kind: StatefulSet" in done.stdout
 
 
 def test_an_upgrade_keeps_the_passwords_of_the_existing_secret(
