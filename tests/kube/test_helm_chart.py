@@ -308,7 +308,7 @@ class TestMetricsCertificate:
     ) -> None:
         objects = render({}, tmp_path)
         container = _manager_container(objects)
-        pod = _helm.find(objects, "Deployment")["spec"]["template"]["spec"]
+        pod = _helm.find(objects, "Deployment", MANAGER)["spec"]["template"]["spec"]
         volumes = {v["name"]: v for v in pod["volumes"]}
         [mount] = [m for m in container["volumeMounts"] if m["name"] == "metrics-certs"]
         assert mount == {
