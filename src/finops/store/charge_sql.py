@@ -26,6 +26,7 @@ import psycopg
 
 from finops.billing import usage
 from finops.collection import charge_plan
+from finops.store import charges
 
 GIB = usage.GIB
 MICROSECONDS_PER_HOUR = usage.MICROSECONDS_PER_HOUR
@@ -63,10 +64,7 @@ _TEMP = """
 """
 
 _SUB_TYPES = ["text", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "int8", "int8"]
-_STAGE_COLUMNS = (
-    "cluster, subscription_uid, hour, source, quantity, unit_price_micros, amount_micros, "
-    "currency, finalized, offering_version_id, subscription_version_id"
-)
+_STAGE_COLUMNS = ", ".join(charges.COLUMNS)
 _STAGE_TYPES = [
     "text",
     "text",
@@ -344,25 +342,16 @@ _DELETE_STALE = """
              AND s.hour = c.hour AND s.source = c.source)
 """
 
-_UPDATED = (
-    "quantity",
-    "unit_price_micros",
-    "amount_micros",
-    "currency",
-    "finalized",
-    "offering_version_id",
-    "subscription_version_id",
-)
 # Key order: concurrent writers lock conflicting rows in the same order (no deadlock).
 _MERGE = f"""
     INSERT INTO subscription_charges ({_STAGE_COLUMNS})
     SELECT {_STAGE_COLUMNS} FROM charge_stage
     ORDER BY cluster, subscription_uid, hour, source
     ON CONFLICT (cluster, subscription_uid, hour, source) DO UPDATE SET
-        {", ".join(f"{c} = EXCLUDED.{c}" for c in _UPDATED)}
+        {", ".join(f"{c} = EXCLUDED.{c}" for c in charges.UPDATED)}
     WHERE NOT subscription_charges.finalized
-      AND ({", ".join(f"subscription_charges.{c}" for c in _UPDATED)})
-          IS DISTINCT FROM ({", ".join(f"EXCLUDED.{c}" for c in _UPDATED)})
+      AND ({", ".join(f"subscription_charges.{c}" for c in charges.UPDATED)})
+          IS DISTINCT FROM ({", ".join(f"EXCLUDED.{c}" for c in charges.UPDATED)})
 """
 
 

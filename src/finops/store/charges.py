@@ -19,7 +19,7 @@ from finops.collection import charge_plan
 SOURCES = ("subscription", "cpuHour", "gpuHour", "ramGbHour", "pvGbHour", "networkGb")
 """Charge sources: the recurring fee, then the five usage meters (same names as the API)."""
 
-_COLUMNS = (
+COLUMNS = (
     "cluster",
     "subscription_uid",
     "hour",
@@ -46,6 +46,8 @@ _TYPES = (
     "bigint",
 )
 _KEY = ("cluster", "subscription_uid", "hour", "source")
+UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
+"""The columns a replayed charge row may change (everything but its idempotency key)."""
 
 
 Charge = charge_plan.ChargeRow
@@ -75,15 +77,14 @@ def upsert(conn: psycopg.Connection[Any], charges: Iterable[Charge]) -> int:
         return 0
     # Key order: concurrent writers lock conflicting rows in the same order (no deadlock).
     ordered = [batch[k] for k in sorted(batch)]
-    arrays = [[getattr(c, name) for c in ordered] for name in _COLUMNS]
+    arrays = [[getattr(c, name) for c in ordered] for name in COLUMNS]
     unnest = ", ".join(f"%s::{t}[]" for t in _TYPES)
-    updated = [c for c in _COLUMNS if c not in _KEY]
-    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in updated)
-    mine = ", ".join(f"subscription_charges.{c}" for c in updated)
-    theirs = ", ".join(f"EXCLUDED.{c}" for c in updated)
+    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in UPDATED)
+    mine = ", ".join(f"subscription_charges.{c}" for c in UPDATED)
+    theirs = ", ".join(f"EXCLUDED.{c}" for c in UPDATED)
     cur = conn.execute(
         f"""
-        INSERT INTO subscription_charges ({", ".join(_COLUMNS)})
+        INSERT INTO subscription_charges ({", ".join(COLUMNS)})
         SELECT * FROM unnest({unnest})
         ON CONFLICT ({", ".join(_KEY)}) DO UPDATE SET {assignments}
         WHERE NOT subscription_charges.finalized
