@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+import httpx
 import pytest
 from playwright import sync_api
 from tests.e2e import test_gateway as gateway_setup
@@ -285,3 +286,37 @@ def test_a_person_passes_a_token_once_and_the_tab_keeps_it(
     visit.wait_for("ready")
     assert visit.page.locator("#token-form").is_hidden()
     assert len(visit.datasets()) == len({r.source for r in tenants["rows_a"]})
+
+
+def test_the_dashboard_api_refuses_anonymous_callers_and_bad_parameters_with_reasons(
+    gateway: str, tenants: dict[str, Any]
+) -> None:
+    reader = {"Authorization": f"Bearer {tenants['reader']}"}
+    window = {"from": "2026-04-01T00:00:00Z", "to": "2026-04-03T00:00:00Z"}
+    series = f"{gateway}/api/v1/cost-series"
+    assert httpx.get(f"{gateway}/api/v1/namespaces").status_code == 401
+    assert httpx.get(series, params=window).status_code == 401
+
+    cases = {
+        "'step' must be one of hour, day": {"step": "week"},
+        "'groupBy' must be one of source, subscription": {"groupBy": "offering"},
+        "not a namespace name": {"namespace": "Not_A_Namespace"},
+        "at most 62 days; use step=day": {"from": "2026-01-01T00:00:00Z"},
+    }
+    for reason, bad in cases.items():
+        got = httpx.get(series, params={**window, **bad}, headers=reader)
+        assert got.status_code == 400, got.text
+        assert reason in got.json()["error"]
+
+    daily = httpx.get(
+        series, params={**window, "from": "2026-01-01T00:00:00Z", "step": "day"}, headers=reader
+    )
+    assert daily.status_code == 200, daily.text
+    body = daily.json()
+    assert body["namespaces"] == [tenants["a"]] and body["currency"] == "EUR"
+    assert len(body["buckets"]) == 92
+    totals = {s["key"]: s["totalMicros"] for s in body["series"]}
+    assert totals == {
+        source: sum(r.amount_micros for r in tenants["rows_a"] if r.source == source)
+        for source in COLUMNS
+    }
