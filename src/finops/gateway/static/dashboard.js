@@ -292,11 +292,15 @@
       cell(tr, r.subscription);
       const suffix = r.currency === currency ? "" : " " + (r.currency || "(none)");
       for (const source of SOURCES) {
-        cell(tr, r.sources[source] ? money(r.sources[source]) + suffix : "\u2013", "num");
+        const charged = source in r.sources;
+        cell(tr, charged ? money(r.sources[source]) + suffix : "\u2013", "num");
       }
       cell(tr, money(r.total) + suffix, "num");
-      const sum = totals.get(r.currency) || { sources: {}, total: 0 };
-      for (const source of SOURCES) sum.sources[source] = (sum.sources[source] || 0) + (r.sources[source] || 0);
+      const sum = totals.get(r.currency) || { sources: {}, charged: new Set(), total: 0 };
+      for (const source of Object.keys(r.sources)) {
+        sum.sources[source] = (sum.sources[source] || 0) + r.sources[source];
+        sum.charged.add(source);
+      }
       sum.total += r.total;
       totals.set(r.currency, sum);
     }
@@ -308,7 +312,9 @@
       const tr = tfoot.insertRow();
       const label = cell(tr, "Total (" + (code || "no currency") + ")");
       label.colSpan = 3;
-      for (const source of SOURCES) cell(tr, money(sum.sources[source]), "num");
+      for (const source of SOURCES) {
+        cell(tr, sum.charged.has(source) ? money(sum.sources[source]) : "\u2013", "num");
+      }
       cell(tr, money(sum.total), "num");
     }
     $("table-title").textContent = "Breakdown by namespace, Offering and Subscription (" + currency + ")";
