@@ -30,6 +30,7 @@ T = TypeVar("T")
 
 MAX_HOURLY = dt.timedelta(days=62)
 REVIEWS_AT_ONCE = 8
+MAX_NAMED = 100
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _STEPS = {queries.Step.HOUR: dt.timedelta(hours=1), queries.Step.DAY: dt.timedelta(days=1)}
 
@@ -119,6 +120,8 @@ class _Api:
         """The namespaces this request reads: those it names, or all it may read."""
         authorization = request.headers.get("authorization")
         named = sorted(set(request.query_params.getlist("namespace")))
+        if len(named) > MAX_NAMED:
+            raise params.BadRequest(f"name at most {MAX_NAMED} 'namespace' parameters")
         for namespace in named:
             if not _NAMESPACE.match(namespace):
                 raise params.BadRequest(f"'namespace' is not a namespace name: {namespace!r}")

@@ -36,25 +36,46 @@
 
   // ---- money and time -------------------------------------------------------------------
 
-  // Exact decimal text of integer micros: at least `digits` (default 2) decimals, more
-  // only where the amount needs them, never rounded.
-  function formatMicros(micros, digits) {
-    const negative = micros < 0;
-    const magnitude = Math.abs(micros);
-    const whole = Math.floor(magnitude / 1e6);
-    let fraction = String(magnitude % 1e6).padStart(6, "0").replace(/0+$/, "");
-    fraction = fraction.padEnd(digits || 2, "0");
-    return (negative ? "-" : "") + whole.toLocaleString("en-US") + "." + fraction;
+  // ISO 4217 minor units of currencies that do not use two decimals (the same table as
+  // finops.billing.money); every other code shows two.
+  const MINOR_UNITS = {
+    BIF: 0, CLP: 0, DJF: 0, GNF: 0, ISK: 0, JPY: 0, KMF: 0, KRW: 0, PYG: 0, RWF: 0, UGX: 0,
+    UYI: 0, VND: 0, VUV: 0, XAF: 0, XOF: 0, XPF: 0,
+    BHD: 3, IQD: 3, JOD: 3, KWD: 3, LYD: 3, OMR: 3, TND: 3,
+    CLF: 4, UYW: 4,
+  };
+
+  function currencyDecimals(code) {
+    const places = MINOR_UNITS[(code || "").trim().toUpperCase()];
+    return places === undefined ? 2 : places;
   }
 
-  // How many decimals a column of amounts needs so that all are exact and aligned.
-  function decimalsFor(amounts) {
-    let digits = 2;
-    for (const micros of amounts) {
-      const needed = String(Math.abs(micros) % 1e6).padStart(6, "0").replace(/0+$/, "").length;
-      digits = Math.max(digits, needed);
+  // Micros as people read money, as the CLI prints it: the currency's decimals (rounded half
+  // to even, for display only) and thousands separators; a non-zero amount below the
+  // smallest unit shows as <0.01 rather than 0.00. Integer arithmetic throughout.
+  function formatMoney(micros, code) {
+    const places = currencyDecimals(code);
+    const divisor = 10 ** (6 - places);
+    const magnitude = Math.abs(micros);
+    let units = Math.floor(magnitude / divisor);
+    const rest = magnitude - units * divisor;
+    if (2 * rest > divisor || (2 * rest === divisor && units % 2 === 1)) units += 1;
+    if (units === 0 && micros !== 0) {
+      const smallest = places ? "0." + "1".padStart(places, "0") : "1";
+      return micros > 0 ? "<" + smallest : ">-" + smallest;
     }
-    return digits;
+    const scale = 10 ** places;
+    const whole = Math.floor(units / scale).toLocaleString("en-US");
+    const fraction = places ? "." + String(units % scale).padStart(places, "0") : "";
+    return (micros < 0 && units ? "-" : "") + whole + fraction;
+  }
+
+  // The exact decimal text of integer micros (shown on hover): every digit the ledger has.
+  function exactMoney(micros, code) {
+    const magnitude = Math.abs(micros);
+    const whole = Math.floor(magnitude / 1e6).toLocaleString("en-US");
+    const fraction = String(magnitude % 1e6).padStart(6, "0").replace(/0+$/, "").padEnd(2, "0");
+    return (micros < 0 ? "-" : "") + whole + "." + fraction + (code ? " " + code : "");
   }
 
   function two(n) {
@@ -232,7 +253,7 @@
           tooltip: {
             callbacks: {
               label: (item) => item.dataset.label + ": " + currency + " " +
-                formatMicros(item.dataset.micros[item.dataIndex]),
+                formatMoney(item.dataset.micros[item.dataIndex], currency),
             },
           },
         },
@@ -242,7 +263,7 @@
             stacked: true,
             beginAtZero: true,
             title: { display: true, text: moneyTitle },
-            ticks: { callback: (value) => Number(value).toFixed(2) },
+            ticks: { callback: (value) => Number(value).toFixed(currencyDecimals(currency)) },
           },
         },
       },
@@ -257,6 +278,15 @@
     td.textContent = text;
     if (className) td.className = className;
     row.appendChild(td);
+    return td;
+  }
+
+  // A money cell: readable text, the exact amount on hover and in data-micros.
+  function moneyCell(row, micros, code, suffix) {
+    if (micros === undefined) return cell(row, "\u2013", "num");
+    const td = cell(row, formatMoney(micros, code) + suffix, "num");
+    td.title = exactMoney(micros, code);
+    td.dataset.micros = String(micros);
     return td;
   }
 
@@ -282,8 +312,6 @@
     tbody.replaceChildren();
     tfoot.replaceChildren();
     const rows = pivot(body.items);
-    const digits = decimalsFor(body.items.map((item) => item.totalMicros));
-    const money = (micros) => formatMicros(micros, digits);
     const totals = new Map();
     for (const r of rows) {
       const tr = tbody.insertRow();
@@ -291,15 +319,11 @@
       cell(tr, r.offering);
       cell(tr, r.subscription);
       const suffix = r.currency === currency ? "" : " " + (r.currency || "(none)");
-      for (const source of SOURCES) {
-        const charged = source in r.sources;
-        cell(tr, charged ? money(r.sources[source]) + suffix : "\u2013", "num");
-      }
-      cell(tr, money(r.total) + suffix, "num");
-      const sum = totals.get(r.currency) || { sources: {}, charged: new Set(), total: 0 };
+      for (const source of SOURCES) moneyCell(tr, r.sources[source], r.currency, suffix);
+      moneyCell(tr, r.total, r.currency, suffix);
+      const sum = totals.get(r.currency) || { sources: {}, total: 0 };
       for (const source of Object.keys(r.sources)) {
         sum.sources[source] = (sum.sources[source] || 0) + r.sources[source];
-        sum.charged.add(source);
       }
       sum.total += r.total;
       totals.set(r.currency, sum);
@@ -312,10 +336,8 @@
       const tr = tfoot.insertRow();
       const label = cell(tr, "Total (" + (code || "no currency") + ")");
       label.colSpan = 3;
-      for (const source of SOURCES) {
-        cell(tr, sum.charged.has(source) ? money(sum.sources[source]) : "\u2013", "num");
-      }
-      cell(tr, money(sum.total), "num");
+      for (const source of SOURCES) moneyCell(tr, sum.sources[source], code, "");
+      moneyCell(tr, sum.total, code, "");
     }
     $("table-title").textContent = "Breakdown by namespace, Offering and Subscription (" + currency + ")";
   }
