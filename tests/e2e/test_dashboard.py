@@ -314,3 +314,17 @@ def test_the_dashboard_api_refuses_anonymous_callers_and_bad_parameters_with_rea
         source: sum(r.amount_micros for r in tenants["rows_a"] if r.source == source)
         for source in COLUMNS
     }
+
+
+def test_the_page_and_its_chart_library_come_from_the_gateway_under_a_strict_policy(
+    gateway: str,
+) -> None:
+    page = httpx.get(f"{gateway}/")
+    assert page.status_code == 200
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe" not in policy
+    assert 'src="static/vendor/chart.umd.js"' in page.text
+    library = httpx.get(f"{gateway}/static/vendor/chart.umd.js")
+    assert library.status_code == 200
+    assert "javascript" in library.headers["content-type"]
+    assert library.text.startswith("/*!\n * Chart.js v4.6.1")
