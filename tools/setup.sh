@@ -29,7 +29,7 @@ if ! command -v chromium >/dev/null 2>&1; then
     log "installing Chromium from Debian"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core fonts-liberation >/dev/null
   else
     log "Chromium missing: install Debian's chromium (needs root) for the dashboard test"
   fi
