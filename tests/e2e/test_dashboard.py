@@ -224,6 +224,13 @@ def test_the_dashboard_draws_exactly_the_ledger_of_the_tenant_without_console_er
         "#breakdown tfoot td.num", "cells => cells.map(c => Number(c.dataset.micros))"
     )
     assert exact == [*(sum(by_source[s]) for s in COLUMNS), total]
+    shown = visit.page.eval_on_selector_all(
+        "#breakdown td[data-micros]",
+        "cells => cells.map(c => [Number(c.dataset.micros), c.innerText])",
+    )
+    assert len(shown) == 3 + 6 + 7  # train: fee, GPU, total; web: five meters, total; footer
+    for micros, text in shown:
+        assert text == f"{Decimal(micros) / 1_000_000:,.2f}", (micros, text)
     offerings = visit.column("#breakdown tbody td:nth-child(2)")
     assert offerings == ["finops-operator-system/gpu-addon", "finops-operator-system/platform-base"]
     assert "token=" not in visit.page.url
