@@ -301,7 +301,7 @@ def test_the_dashboard_api_refuses_anonymous_callers_and_bad_parameters_with_rea
     cases = {
         "'step' must be one of hour, day": {"step": "week"},
         "'groupBy' must be one of source, subscription": {"groupBy": "offering"},
-        "not a namespace name": {"namespace": "Not_A_Namespace"},
+        "not a valid namespace name": {"namespace": "Not_A_Namespace"},
         "at most 62 days; use step=day": {"from": "2026-01-01T00:00:00Z"},
     }
     for reason, bad in cases.items():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any, Protocol, TypeVar
@@ -31,7 +30,6 @@ T = TypeVar("T")
 MAX_HOURLY = dt.timedelta(days=62)
 REVIEWS_AT_ONCE = 8
 MAX_NAMED = 100
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _STEPS = {queries.Step.HOUR: dt.timedelta(hours=1), queries.Step.DAY: dt.timedelta(days=1)}
 
 PAGE_HEADERS = {
@@ -123,8 +121,7 @@ class _Api:
         if len(named) > MAX_NAMED:
             raise params.BadRequest(f"name at most {MAX_NAMED} 'namespace' parameters")
         for namespace in named:
-            if not _NAMESPACE.match(namespace):
-                raise params.BadRequest(f"'namespace' is not a namespace name: {namespace!r}")
+            params.check_names({"namespace": namespace})
         if named:
             refusal = _worst(await self._verdicts(authorization, named))
             if refusal is not None:
