@@ -149,6 +149,20 @@ class TestInstalledWheel:
         assert in_source, "no migrations in the source tree"
         assert _shipped_migrations(installed.wheel) == in_source
 
+    def test_the_wheel_ships_the_dashboard_page_and_its_vendored_chart_library(
+        self, installed: Installed
+    ) -> None:
+        static = REPO / "src/finops/gateway/static"
+        in_source = {
+            f"finops/gateway/static/{p.relative_to(static).as_posix()}"
+            for p in static.rglob("*")
+            if p.is_file()
+        }
+        assert "finops/gateway/static/vendor/chart.umd.js" in in_source
+        with zipfile.ZipFile(installed.wheel) as archive:
+            shipped = {n for n in archive.namelist() if n.startswith("finops/gateway/static/")}
+        assert shipped == in_source
+
     def test_the_installed_migrate_module_applies_the_shipped_migrations(
         self, installed: Installed, pg_dsn: str
     ) -> None:

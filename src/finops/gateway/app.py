@@ -5,6 +5,7 @@ Unlike the reference, authentication is on unless `ENABLE_AUTH` is exactly `fals
 request's bearer token goes through TokenReview, then a SubjectAccessReview for `get` on
 `subscriptions.finops.stakater.com` in the namespace asked about, so one tenant cannot read
 another's charges. Money is integer micros, times RFC3339 UTC, windows half-open.
+The cost dashboard (`finops.gateway.dashboard`) is served at `/` under the same rules.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import dataclasses
 import datetime as dt
 import logging
 import os
-import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 from starlette.applications import Starlette
@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from finops.gateway import focus_export
+from finops.gateway import dashboard, focus_export, params
 from finops.kube import client as kube_client
 from finops.kube import reviews
 from finops.store import pool, reads
@@ -42,9 +42,9 @@ ORIGINS_ENV = "ALLOWED_ORIGINS"
 # Where to listen; every interface unless set (the sandbox binds loopback only).
 HOST_ENV = "BIND_HOST"
 DEFAULT_PORT = 8080
-MAX_WINDOW = dt.timedelta(days=366)
 GROUP = "finops.stakater.com"
 RESOURCE = "subscriptions"
+T = TypeVar("T")
 
 
 class Authorizer:
@@ -100,68 +100,6 @@ class Settings:
         )
 
 
-class BadRequest(ValueError):
-    """A query parameter the gateway refuses; the message goes back to the caller."""
-
-
-def _instant(params: Mapping[str, str], key: str) -> dt.datetime:
-    raw = params.get(key)
-    if raw is None or not raw.strip():
-        raise BadRequest(
-            f"query parameter {key!r} is required (RFC3339, e.g. 2026-04-01T00:00:00Z)"
-        )
-    try:
-        value = dt.datetime.fromisoformat(raw.strip())
-    except ValueError:
-        raise BadRequest(f"{key!r} is not an RFC3339 time: {raw!r}") from None
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise BadRequest(f"{key!r} must carry a UTC offset or Z: {raw!r}")
-    try:
-        return value.astimezone(dt.UTC)
-    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
-        raise BadRequest(f"{key!r} is out of range in UTC: {raw!r}") from None
-
-
-def parse_window(params: Mapping[str, str]) -> tuple[dt.datetime, dt.datetime]:
-    """[from, to) from the query: aware RFC3339, from before to, at most 366 days apart."""
-    start, end = _instant(params, "from"), _instant(params, "to")
-    if start >= end:
-        raise BadRequest("'from' must be before 'to' (the window is [from, to))")
-    if end - start > MAX_WINDOW:
-        raise BadRequest(f"the window may span at most {MAX_WINDOW.days} days")
-    return start, end
-
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def check_names(path_params: Mapping[str, str]) -> None:
-    """Refuse a namespace or Subscription name Kubernetes could never have: no such rows exist,
-    and such text (a NUL byte, say) must not reach the authoriser or the ledger query."""
-    namespace = path_params.get("namespace", "")
-    if not _DNS_LABEL.fullmatch(namespace):
-        raise BadRequest(f"{namespace[:80]!r} is not a valid namespace name (RFC 1123 label)")
-    name = path_params.get("name")
-    if name is not None and (len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name)):
-        raise BadRequest(f"{name[:80]!r} is not a valid Subscription name (RFC 1123 subdomain)")
-
-
-def _rfc3339(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
-_REFUSALS = {
-    401: "a valid bearer token is required",
-    403: "not allowed to get subscriptions.finops.stakater.com in this namespace",
-    500: "cannot review the request with the Kubernetes API",
-}
-
-
 def _focus_handler(
     settings: Settings,
     ledger: Callable[[], pool.Pool],
@@ -174,21 +112,21 @@ def _focus_handler(
         namespace: str | None = request.path_params.get("namespace")
         if namespace is not None:
             try:
-                check_names(request.path_params)
-            except BadRequest as exc:
-                return _error(400, str(exc))
+                params.check_names(request.path_params)
+            except params.BadRequest as exc:
+                return params.error(400, str(exc))
         verdict = await authorizer.check(request.headers.get("authorization"), namespace or "")
         if verdict != 200:
-            refusal = _REFUSALS.get(verdict, "refused")
+            refusal = params.REFUSALS.get(verdict, "refused")
             if verdict == 403 and namespace is None:
                 refusal = "not allowed to get subscriptions.finops.stakater.com cluster-wide"
-            return _error(verdict, refusal)
+            return params.error(verdict, refusal)
         fmt = request.query_params.get("format", "csv")
         try:
-            start, end = parse_window(request.query_params)
+            start, end = params.parse_window(request.query_params)
             media = focus_export.media_type(fmt)
         except ValueError as exc:
-            return _error(400, str(exc))
+            return params.error(400, str(exc))
         body = focus_export.stream(
             ledger, cluster=settings.cluster, namespace=namespace, start=start, end=end, fmt=fmt
         )
@@ -197,7 +135,7 @@ def _focus_handler(
         except (focus_export.LedgerReadError, pool.PoolTimeout) as exc:
             reason = pool.redact(str(exc).strip() or type(exc).__name__, settings.dsn)
             log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), reason)
-            return _error(503, "the ledger is unavailable")
+            return params.error(503, "the ledger is unavailable")
         name = focus_export.filename(namespace, start, end, fmt)
         return StreamingResponse(
             focus_export.prepend(head, body),
@@ -219,16 +157,16 @@ def _guard(settings: Settings, ledger: Callable[[], pool.Pool], authorizer: Auth
     async def guarded(request: Request, query: Query) -> JSONResponse:
         namespace = request.path_params["namespace"]
         try:
-            check_names(request.path_params)
-        except BadRequest as exc:
-            return _error(400, str(exc))
+            params.check_names(request.path_params)
+        except params.BadRequest as exc:
+            return params.error(400, str(exc))
         verdict = await authorizer.check(request.headers.get("authorization"), namespace)
         if verdict != 200:
-            return _error(verdict, _REFUSALS.get(verdict, "refused"))
+            return params.error(verdict, params.REFUSALS.get(verdict, "refused"))
         try:
-            start, end = parse_window(request.query_params)
-        except BadRequest as exc:
-            return _error(400, str(exc))
+            start, end = params.parse_window(request.query_params)
+        except params.BadRequest as exc:
+            return params.error(400, str(exc))
 
         def run() -> Any:
             return pool.read(ledger(), settings.dsn, lambda conn: query(conn, start, end))
@@ -237,16 +175,29 @@ def _guard(settings: Settings, ledger: Callable[[], pool.Pool], authorizer: Auth
             body = await run_in_threadpool(run)
         except pool.LedgerUnavailable as exc:
             log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), exc)
-            return _error(503, "the ledger is unavailable")
-        return JSONResponse({"from": _rfc3339(start), "to": _rfc3339(end), **body})
+            return params.error(503, "the ledger is unavailable")
+        return JSONResponse({"from": params.rfc3339(start), "to": params.rfc3339(end), **body})
 
     return guarded
+
+
+def _reader(settings: Settings, ledger: Callable[[], pool.Pool]) -> dashboard.Ledger:
+    """Ledger reads off the event loop for the dashboard; a failure is logged once here."""
+
+    async def read(query: Callable[[pool.Connection], T]) -> T:
+        try:
+            return await run_in_threadpool(pool.read, ledger(), settings.dsn, query)
+        except pool.LedgerUnavailable as exc:
+            log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), exc)
+            raise
+
+    return read
 
 
 def _charge_item(r: reads.ChargeRow) -> dict[str, Any]:
     return {
         "subscriptionUid": r.subscription_uid,
-        "hour": _rfc3339(r.hour),
+        "hour": params.rfc3339(r.hour),
         "source": r.source,
         "quantity": str(r.quantity),
         "unitPriceMicros": r.unit_price_micros,
@@ -323,6 +274,9 @@ def build(
             Route(f"{base}/costs", costs, methods=["GET"]),
             Route(f"{base}/focus", focus_rows, methods=["GET"]),
             Route("/api/v1/focus", focus_rows, methods=["GET"]),
+            *dashboard.routes(
+                cluster=settings.cluster, gate=authorizer, read=_reader(settings, ledger)
+            ),
         ],
         middleware=_middleware(settings),
     )

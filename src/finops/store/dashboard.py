@@ -1,0 +1,184 @@
+"""Read-only queries behind the gateway's cost dashboard: series, breakdowns, the currency.
+
+Why separate from `reads`: the dashboard reads across every namespace a caller may see at
+once, bucketed by hour or UTC day, so one request is one query however many namespaces it
+spans. Charges belong to the namespace and name their pricing Subscription version had;
+windows are half-open [start, end) and money stays integer micros.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+from collections.abc import Collection
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+
+class Step(enum.StrEnum):
+    """How wide one bucket of a series is (UTC)."""
+
+    HOUR = "hour"
+    DAY = "day"
+
+
+class GroupBy(enum.StrEnum):
+    """What one series of a stacked chart is: a charge source or a Subscription."""
+
+    SOURCE = "source"
+    SUBSCRIPTION = "subscription"
+
+
+@dataclasses.dataclass(frozen=True)
+class SeriesPoint:
+    """Micros charged in one bucket to one series key, in one currency."""
+
+    bucket: dt.datetime
+    key: str
+    currency: str
+    amount_micros: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BreakdownRow:
+    """Micros one Subscription was charged for one source, with the Offering that priced it."""
+
+    namespace: str
+    subscription: str
+    offering_namespace: str
+    offering: str
+    source: str
+    currency: str
+    total_micros: int
+    finalized_micros: int
+
+
+def _check_window(start: dt.datetime, end: dt.datetime) -> None:
+    for value, what in ((start, "start"), (end, "end")):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
+
+
+def charged_namespaces(conn: psycopg.Connection[Any], *, cluster: str) -> list[str]:
+    """Every namespace a mirrored Subscription version has lived in, sorted."""
+    rows = conn.execute(
+        "SELECT DISTINCT namespace FROM subscription_versions WHERE cluster = %s ORDER BY 1",
+        (cluster,),
+    ).fetchall()
+    return [str(ns) for (ns,) in rows]
+
+
+_SERIES_KEYS = {
+    GroupBy.SOURCE: sql.SQL("c.source"),
+    GroupBy.SUBSCRIPTION: sql.SQL("v.namespace || '/' || v.name"),
+}
+
+
+def cost_series(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    namespaces: Collection[str],
+    start: dt.datetime,
+    end: dt.datetime,
+    step: Step,
+    group_by: GroupBy,
+) -> list[SeriesPoint]:
+    """Sums per UTC bucket, series key and currency over charges in [start, end), in order.
+
+    Only non-empty buckets come back; the caller lays them on its own time axis.
+    """
+    _check_window(start, end)
+    if not namespaces:
+        return []
+    query = sql.SQL(
+        """
+        SELECT date_trunc(%s, c.hour, 'UTC') AS bucket, {key} AS key, c.currency,
+               sum(c.amount_micros)
+        FROM subscription_charges c
+        JOIN subscription_versions v ON v.id = c.subscription_version_id
+        WHERE c.cluster = %s AND v.cluster = %s AND v.namespace = ANY(%s)
+          AND c.hour >= %s AND c.hour < %s
+        GROUP BY 1, 2, 3
+        ORDER BY 1, 2, 3
+        """
+    ).format(key=_SERIES_KEYS[group_by])
+    rows = conn.execute(
+        query,
+        (step.value, cluster, cluster, list(namespaces), start, end),
+    ).fetchall()
+    return [
+        SeriesPoint(
+            bucket=bucket.astimezone(dt.UTC),
+            key=str(series),
+            currency=str(currency),
+            amount_micros=int(amount),
+        )
+        for bucket, series, currency, amount in rows
+    ]
+
+
+def cost_breakdown(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    namespaces: Collection[str],
+    start: dt.datetime,
+    end: dt.datetime,
+) -> list[BreakdownRow]:
+    """Per namespace, Subscription, Offering, source and currency: micros over [start, end)."""
+    _check_window(start, end)
+    if not namespaces:
+        return []
+    rows = conn.execute(
+        """
+        SELECT v.namespace, v.name, o.namespace, o.name, c.source, c.currency,
+               sum(c.amount_micros),
+               coalesce(sum(c.amount_micros) FILTER (WHERE c.finalized), 0)
+        FROM subscription_charges c
+        JOIN subscription_versions v ON v.id = c.subscription_version_id
+        JOIN offering_versions o ON o.id = c.offering_version_id
+        WHERE c.cluster = %s AND v.cluster = %s AND v.namespace = ANY(%s)
+          AND c.hour >= %s AND c.hour < %s
+        GROUP BY 1, 2, 3, 4, 5, 6
+        ORDER BY 1, 2, 3, 4, 5, 6
+        """,
+        (cluster, cluster, list(namespaces), start, end),
+    ).fetchall()
+    return [
+        BreakdownRow(
+            namespace=str(ns),
+            subscription=str(name),
+            offering_namespace=str(off_ns),
+            offering=str(off_name),
+            source=str(source),
+            currency=str(currency),
+            total_micros=int(total),
+            finalized_micros=int(finalized),
+        )
+        for ns, name, off_ns, off_name, source, currency, total, finalized in rows
+    ]
+
+
+def active_currency(conn: psycopg.Connection[Any], *, cluster: str) -> str | None:
+    """The currency of the PriceBook that priced the latest collected hour.
+
+    Why the ledger and not the API: the gateway needs no read access to PriceBooks. Before
+    any allocation is collected, the most recently recorded book's currency stands in.
+    """
+    row = conn.execute(
+        """
+        SELECT currency FROM provider_allocations WHERE cluster = %s
+        ORDER BY hour DESC LIMIT 1
+        """,
+        (cluster,),
+    ).fetchone()
+    if row is None:
+        row = conn.execute(
+            "SELECT currency FROM pricebooks WHERE cluster = %s ORDER BY id DESC LIMIT 1",
+            (cluster,),
+        ).fetchone()
+    return None if row is None else str(row[0])
