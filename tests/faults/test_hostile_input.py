@@ -470,3 +470,60 @@ def test_hostile_gateway_requests_never_fail_the_server_nor_cross_tenants(
     )
     assert sum(statuses.values()) == examples + len(NASTY_PATHS)
     assert statuses.get(200, 0) > 0, "the generator must also produce allowed requests"
+
+
+DASHBOARD_ROUTES = ["/api/v1/namespaces", "/api/v1/cost-series", "/api/v1/cost-breakdown"]
+
+
+@st.composite
+def dashboard_requests(draw: st.DrawFn, tenants: dict[str, Any]) -> tuple[str, str | None]:
+    """A dashboard JSON request with hostile parameters, as the reader of tenant A or worse."""
+    route = draw(st.sampled_from(DASHBOARD_ROUTES))
+    names = st.sampled_from([tenants["a"], tenants["b"], *SEGMENTS])
+    values = {
+        "from": st.one_of(st.sampled_from(INSTANTS), st.text(max_size=20)),
+        "to": st.one_of(st.sampled_from(INSTANTS), st.text(max_size=20)),
+        "step": st.sampled_from(["hour", "day", "week", "", "HOUR"]),
+        "groupBy": st.sampled_from(["source", "subscription", "namespace", ""]),
+        "namespace": st.one_of(names, st.text(max_size=20)),
+    }
+    keys = draw(st.lists(st.sampled_from(sorted(values)), max_size=6))
+    query = urllib.parse.urlencode(
+        [(k, draw(values[k])) for k in keys], quote_via=urllib.parse.quote
+    )
+    choice = draw(st.sampled_from([*TOKENS, "Bearer {reader}", "Bearer {reader}"]))
+    token = None if choice is None else choice.format(**tenants)
+    return f"{route}?{query}", token
+
+
+def test_hostile_dashboard_requests_never_fail_the_server_nor_show_another_tenant(
+    kube: controlplane.ControlPlane, ledger_dsn: str
+) -> None:
+    """The dashboard's routes hold the same line as the read API: never a 5xx, and nothing of a
+    namespace the caller may not read (tenant B's name and uid never appear in any answer)."""
+    tenants = _tenants(kube, ledger_dsn)
+    statuses: dict[int, int] = {}
+    with gateway(kube, ledger_dsn, auth="on") as port:
+        reader = f"Bearer {tenants['reader']}"
+        status, body = raw_get(port, "/api/v1/namespaces", reader)
+        assert status == 200 and tenants["a"].encode() in body, body  # the oracle: A is listed
+
+        @settings(
+            derandomize=True,
+            max_examples=150,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        )
+        @given(dashboard_requests(tenants))
+        def check(request: tuple[str, str | None]) -> None:
+            status, body = raw_get(port, *request)
+            statuses[status] = statuses.get(status, 0) + 1
+            assert status < 500, f"{status} for {request[0]!r}: {body[:500]!r}"
+            assert tenants["b"].encode() not in body and b"uid-b" not in body, request[0]
+
+        check()
+    FIGURES["dashboard_requests"] = sum(statuses.values())
+    counts = dict(sorted(statuses.items()))
+    print(f"dashboard: {sum(statuses.values())} requests, statuses {counts}")
+    assert statuses.get(200, 0) > 0, "the generator must also produce allowed requests"
