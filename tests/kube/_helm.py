@@ -8,6 +8,7 @@ import functools
 import pathlib
 import subprocess
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -42,6 +43,26 @@ def _values_args(values: Mapping[str, Any], workdir: pathlib.Path) -> list[str]:
 def run_helm(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(helm_binary()), *args], check=False, capture_output=True, text=True, timeout=120
+    )
+
+
+def install_dry_run(
+    values: Mapping[str, Any], workdir: pathlib.Path, namespace: str, kubeconfig: pathlib.Path
+) -> subprocess.CompletedProcess[str]:
+    """Helm's own install path (CRD check, discovery, NOTES) as a server-side dry run."""
+    release = f"fo-{uuid.uuid4().hex[:6]}"
+    return run_helm(
+        [
+            "install",
+            release,
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--dry-run=server",
+            "--kubeconfig",
+            str(kubeconfig),
+            *_values_args(values, workdir),
+        ]
     )
 
 

@@ -171,21 +171,7 @@ class TestLintAndApply:
     ) -> None:
         """Helm's own install path (CRD check, discovery, NOTES) against the real server."""
         values = _with_opencost_namespace(STARTERS, kube_namespace)
-        (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
-        done = _helm.run_helm(
-            [
-                "install",
-                f"fo-{uuid.uuid4().hex[:6]}",
-                str(_helm.CHART),
-                "--namespace",
-                kube_namespace,
-                "--dry-run=server",
-                "--kubeconfig",
-                str(kube.kubeconfig),
-                "-f",
-                str(tmp_path / "values.yaml"),
-            ]
-        )
+        done = _helm.install_dry_run(values, tmp_path, kube_namespace, kube.kubeconfig)
         assert done.returncode == 0, done.stderr
         assert "STATUS: pending-install" in done.stdout
         assert f"CostJobs are scheduled only in: {kube_namespace}" in done.stdout

@@ -24,7 +24,6 @@ from typing import Any
 
 import psycopg
 import pytest
-import yaml
 from psycopg import conninfo, sql
 from tests.kube import _helm
 from tests.kube import test_controller_support as support
@@ -229,21 +228,7 @@ def test_helm_install_dry_run_with_the_dependencies_against_the_real_api_server(
 ) -> None:
     values = _values(kube_namespace)
     values["certManager"] = {"enabled": False}  # no cert-manager CRDs on this server
-    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
-    done = _helm.run_helm(
-        [
-            "install",
-            f"fo-{uuid.uuid4().hex[:6]}",
-            str(_helm.CHART),
-            "--namespace",
-            kube_namespace,
-            "--dry-run=server",
-            "--kubeconfig",
-            str(kube.kubeconfig),
-            "-f",
-            str(tmp_path / "values.yaml"),
-        ]
-    )
+    done = _helm.install_dry_run(values, tmp_path, kube_namespace, kube.kubeconfig)
     assert done.returncode == 0, done.stderr
     assert "STATUS: pending-install" in done.stdout
     assert "Bundled dependencies are on" in done.stdout

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import os
 import pathlib
 import re
@@ -23,21 +22,19 @@ import time
 import tomllib
 import uuid
 from collections.abc import Iterator
-from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
 import yaml
 from psycopg import conninfo
+from tests.e2e import test_gateway as ledger
 from tests.kube import _helm
 
 from finops.devenv import controlplane
-from finops.store import charges, mirror, pool
 
 GATEWAY = "finops-operator-finops-gateway-gateway"
 GATEWAY_SA = "finops-operator-finops-gateway"
-H0 = dt.datetime(2026, 4, 1, 9, tzinfo=dt.UTC)
 WINDOW = {"from": "2026-04-01T00:00:00Z", "to": "2026-04-02T00:00:00Z"}
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 REVIEWS = {
@@ -190,58 +187,6 @@ class TestRendered:
 # --- the rendered container, run for real ---------------------------------------------------
 
 
-def _write_ledger(dsn: str, namespace: str, uid: str, hours: int) -> list[charges.Charge]:
-    """`hours` hours of a 40.00 fee and CPU usage for Subscription `web` of `namespace`."""
-    with pool.connect(dsn) as conn:
-        offering = mirror.upsert_offering_version(
-            conn,
-            cluster="default",
-            uid=f"off-{uid}",
-            namespace="finops-operator-system",
-            name="platform-base",
-            generation=1,
-            resource_version="1",
-            spec={"pricing": {}},
-        )
-        version = mirror.upsert_subscription_version(
-            conn,
-            cluster="default",
-            uid=uid,
-            namespace=namespace,
-            name="web",
-            generation=1,
-            resource_version="2",
-            spec={"offeringRef": {"name": "platform-base"}},
-            namespace_labels={"kubernetes.io/metadata.name": namespace},
-        )
-        rows = []
-        for n in range(hours):
-            hour, final = H0 + dt.timedelta(hours=n), n < hours - 1
-            qty = Decimal("0.25") * (n + 1)
-            for source, quantity, unit in (
-                ("subscription", Decimal(1), 40_000_000),
-                ("cpuHour", qty, 31_000),
-            ):
-                rows.append(
-                    charges.Charge(
-                        "default",
-                        uid,
-                        hour,
-                        source,
-                        quantity,
-                        unit,
-                        int(quantity * unit),
-                        "USD",
-                        final,
-                        offering,
-                        version,
-                    )
-                )
-        charges.upsert(conn, rows)
-        conn.commit()
-    return rows
-
-
 def _service_account_token(client: httpx.Client, namespace: str, name: str) -> str:
     resp = client.post(
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
@@ -361,8 +306,8 @@ def chart_gateway(
         env = _container_env(client, release_ns, container)
         gateway_token = _service_account_token(client, release_ns, pod["serviceAccountName"])
         tokens = {"a": _tenant(client, ns_a), "b": _tenant(client, ns_b)}
-    rows = {"a": _write_ledger(ledger_dsn, ns_a, "uid-a", 3)}
-    _write_ledger(ledger_dsn, ns_b, "uid-b", 2)
+    rows = {"a": ledger._write_ledger(ledger_dsn, ns_a, "uid-a")}
+    ledger._write_ledger(ledger_dsn, ns_b, "uid-b")
     # What the image provides: its scripts on PATH, and the pod's ServiceAccount token.
     bin_dir = pathlib.Path(sys.executable).parent
     env["PATH"] = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
