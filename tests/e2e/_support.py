@@ -47,6 +47,21 @@ def active_book(
             client.delete(f"{url}/{name}")
 
 
+def create_allocation_costjob(kube: controlplane.ControlPlane, namespace: str) -> dict[str, Any]:
+    """The hourly `ResourceCostCollection` CostJob `allocation-collection` in `namespace`."""
+    body = {
+        "apiVersion": "finops.stakater.com/v1alpha1",
+        "kind": "CostJob",
+        "metadata": {"name": "allocation-collection", "namespace": namespace},
+        "spec": {"type": "ResourceCostCollection", "interval": "1h"},
+    }
+    with kube.http() as client:
+        resp = client.post(f"{GROUP}/namespaces/{namespace}/costjobs", json=body)
+    assert resp.status_code == 201, resp.text
+    created: dict[str, Any] = resp.json()
+    return created
+
+
 def items(svc: sandbox.Services, plural: str) -> list[dict[str, Any]]:
     """Every object of one of our kinds in the sandbox's cluster."""
     with svc.kube.http() as client:

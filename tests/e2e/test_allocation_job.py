@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
+from tests.e2e import _support
 from tests.e2e._support import active_book
 
 from finops.devenv import controlplane
@@ -40,17 +41,7 @@ def book(kube: controlplane.ControlPlane) -> Iterator[dict[str, Any]]:
 
 @pytest.fixture
 def costjob(kube: controlplane.ControlPlane, kube_namespace: str) -> dict[str, Any]:
-    body = {
-        "apiVersion": "finops.stakater.com/v1alpha1",
-        "kind": "CostJob",
-        "metadata": {"name": "allocation-collection", "namespace": kube_namespace},
-        "spec": {"type": "ResourceCostCollection", "interval": "1h"},
-    }
-    with kube.http() as client:
-        resp = client.post(f"{GROUP}/namespaces/{kube_namespace}/costjobs", json=body)
-    assert resp.status_code == 201, resp.text
-    created: dict[str, Any] = resp.json()
-    return created
+    return _support.create_allocation_costjob(kube, kube_namespace)
 
 
 def run_job(kube: controlplane.ControlPlane, env: dict[str, str], now: dt.datetime = HOUR10) -> int:
