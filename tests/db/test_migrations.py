@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from finops.store import migrate, mirror
+from tests.db import builders
 
 EXPECTED_TABLES = {
     "pricebooks",
@@ -155,6 +156,49 @@ class TestUpgrades:
         assert labels == ({},)
         assert same == row[0]
         assert labelled != row[0]
+
+    def test_charge_version_checks_keep_an_existing_ledger_and_its_integrity(
+        self, pg_dsn: str
+    ) -> None:
+        """The migration that trades the per-row foreign keys for one check per statement
+        keeps every charge row, and a charge still cannot point at a version that is not
+        there, on insert or on update, nor outlive its version by DELETE or TRUNCATE."""
+        shipped = migrate.load()
+        at = [m.name for m in shipped].index("charge_version_checks")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            migrate.apply(conn, shipped[:at])
+            o, s = builders.offering_version(conn), builders.subscription_version(conn)
+            conn.execute(_CHARGE, ("sub-1", o, s))
+            before = conn.execute("SELECT * FROM subscription_charges").fetchall()
+            migrate.apply(conn)
+            assert conn.execute("SELECT * FROM subscription_charges").fetchall() == before
+            foreign_keys = conn.execute(
+                "SELECT count(*) FROM pg_constraint WHERE contype = 'f'"
+                " AND conrelid = 'subscription_charges'::regclass"
+            ).fetchone()
+            assert foreign_keys == (0,)
+            for orphan in [("sub-2", o + 99, s), ("sub-2", o, s + 99), ("sub-1", o, s + 99)]:
+                with pytest.raises(psycopg.errors.ForeignKeyViolation, match="not mirrored"):
+                    conn.execute(_CHARGE, orphan)
+            with pytest.raises(psycopg.errors.ForeignKeyViolation, match="not mirrored"):
+                conn.execute("UPDATE subscription_charges SET offering_version_id = %s", (o + 1,))
+            for table in ("offering_versions", "subscription_versions"):
+                with pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="never"):
+                    conn.execute(f"DELETE FROM {table}".encode())
+                with pytest.raises(psycopg.errors.ForeignKeyViolation, match="orphan"):
+                    conn.execute(f"TRUNCATE {table}".encode())
+            assert conn.execute("SELECT * FROM subscription_charges").fetchall() == before
+            conn.execute("TRUNCATE subscription_charges, subscription_versions, offering_versions")
+
+
+_CHARGE = """
+    INSERT INTO subscription_charges (cluster, subscription_uid, hour, source, quantity,
+        unit_price_micros, amount_micros, currency, finalized, offering_version_id,
+        subscription_version_id)
+    VALUES ('default', %s, '2026-04-01T00:00:00Z', 'subscription', 1, 5, 5, 'USD', true, %s, %s)
+    ON CONFLICT (cluster, subscription_uid, hour, source) DO UPDATE
+        SET subscription_version_id = EXCLUDED.subscription_version_id
+"""
 
 
 class TestMigrationFiles:
