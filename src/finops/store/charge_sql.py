@@ -12,8 +12,10 @@ test holds both to it.
 
 One unit of work (the caller's transaction): the run's tables go to temporary tables by
 binary COPY (Subscriptions, their sources and margins, the fee rows), usage rows are inserted
-next to the fee rows by one statement, the stale open rows are deleted, and one
-INSERT … ON CONFLICT merges the staged rows into `subscription_charges`.
+next to the fee rows by one statement, the stale open rows are deleted, the staged rows the
+ledger already holds are merged by INSERT … ON CONFLICT and the rest by a plain INSERT (the
+cluster's charge writes are serialised by an advisory lock, so nothing can insert them
+between the two).
 """
 
 from __future__ import annotations
@@ -342,10 +344,28 @@ _DELETE_STALE = """
              AND s.hour = c.hour AND s.source = c.source)
 """
 
-# Key order: concurrent writers lock conflicting rows in the same order (no deadlock).
+# The keys of the staged rows the ledger already holds, found by one range scan of the
+# primary key per Subscription (its first to last staged hour): on a first run the ranges
+# are empty, on a replay they are the few open hours.
+_EXISTING = """
+    INSERT INTO charge_existing
+    SELECT c.subscription_uid, c.hour, c.source
+    FROM (SELECT subscription_uid, min(hour) AS lo, max(hour) AS hi
+          FROM charge_stage GROUP BY subscription_uid) r
+    JOIN subscription_charges c ON c.cluster = %(cluster)s
+         AND c.subscription_uid = r.subscription_uid AND c.hour >= r.lo AND c.hour <= r.hi
+"""
+
+_IS_EXISTING = """
+    EXISTS (SELECT 1 FROM charge_existing e WHERE e.subscription_uid = s.subscription_uid
+            AND e.hour = s.hour AND e.source = s.source)
+"""
+
+# Rows already in the ledger: updated only where open and different. Key order: writers
+# lock conflicting rows in the same order (no deadlock).
 _MERGE = f"""
     INSERT INTO subscription_charges ({_STAGE_COLUMNS})
-    SELECT {_STAGE_COLUMNS} FROM charge_stage
+    SELECT {_STAGE_COLUMNS} FROM charge_stage s WHERE {_IS_EXISTING}
     ORDER BY cluster, subscription_uid, hour, source
     ON CONFLICT (cluster, subscription_uid, hour, source) DO UPDATE SET
         {", ".join(f"{c} = EXCLUDED.{c}" for c in charges.UPDATED)}
@@ -353,6 +373,35 @@ _MERGE = f"""
       AND ({", ".join(f"subscription_charges.{c}" for c in charges.UPDATED)})
           IS DISTINCT FROM ({", ".join(f"EXCLUDED.{c}" for c in charges.UPDATED)})
 """
+
+# Rows the ledger does not hold: a plain INSERT, no speculative insertion per row. Safe
+# because every charge run of the cluster holds `_LOCK` from before `_EXISTING` to commit;
+# a writer that bypassed it would make this fail on the primary key, never double a row.
+_INSERT_FRESH = f"""
+    INSERT INTO subscription_charges ({_STAGE_COLUMNS})
+    SELECT {_STAGE_COLUMNS} FROM charge_stage s WHERE NOT {_IS_EXISTING}
+    ORDER BY cluster, subscription_uid, hour, source
+"""
+
+LOCK_CLASS = 0x46494E4F
+"""First key of the transaction-level advisory lock (`pg_advisory_xact_lock(int, int)`)
+that serialises the charge writes of one cluster; the second key is the cluster's hash."""
+_LOCK = "SELECT pg_advisory_xact_lock(%(lock)s, hashtext(%(cluster)s))"
+
+
+def _merge(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[int, int]:
+    """Delete the stale open rows, then merge the staged ones: (written, deleted)."""
+    conn.execute(_LOCK.encode(), params)
+    deleted = conn.execute(_DELETE_STALE.encode(), params).rowcount
+    conn.execute(
+        b"CREATE TEMP TABLE charge_existing (subscription_uid text, hour timestamptz,"
+        b" source text) ON COMMIT DROP"
+    )
+    conn.execute(_EXISTING.encode(), params)
+    conn.execute(b"ANALYZE charge_existing")
+    written = conn.execute(_MERGE.encode(), params).rowcount
+    written += conn.execute(_INSERT_FRESH.encode(), params).rowcount
+    return written, deleted
 
 
 def write(
@@ -382,6 +431,7 @@ def write(
         "per_hour": MICROSECONDS_PER_HOUR,
         "per_hour_gib": MICROSECONDS_PER_HOUR * GIB,
         "gib": GIB,
+        "lock": LOCK_CLASS,
     }
     usage_rows = 0
     if tables.sources and tables.meters:
@@ -394,6 +444,5 @@ def write(
         conn.execute(b"SET LOCAL enable_nestloop = off")
         usage_rows = conn.execute(_usage_statement(tables).encode(), params).rowcount
         conn.execute(b"RESET enable_nestloop")
-    deleted = conn.execute(_DELETE_STALE.encode(), params).rowcount
-    written = conn.execute(_MERGE.encode(), params).rowcount
+    written, deleted = _merge(conn, params)
     return Written(written, deleted, usage_rows)
