@@ -145,7 +145,12 @@ def timed(action: Any) -> tuple[float, Any]:
     return time.perf_counter() - began, result
 
 
-def run(dsn: str, subscriptions: int, rows: int) -> list[str]:
+TARGET = 3.0
+"""Issue #15: a charge run within 3× the single SQL aggregate over the same rows."""
+
+
+def run(dsn: str, subscriptions: int, rows: int) -> tuple[list[str], float, float]:
+    """The printed lines, the first run's ratio to the aggregate, and ms per Subscription."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         migrate.apply(conn)
         count = generate(conn, subscriptions, rows)
@@ -164,7 +169,8 @@ def run(dsn: str, subscriptions: int, rows: int) -> list[str]:
         written = conn.execute("SELECT count(*) FROM subscription_charges").fetchone()
     assert again.rows_written == 0, "a replayed hour must change nothing"
     per_sub = 1000 * first / subscriptions
-    return [
+    verdict = "met" if first / aggregate <= TARGET else "not met"
+    lines = [
         f"subscriptions: {subscriptions:,}, hours: {HOURS} + the scheduled hour",
         f"allocation rows: {count:,}; charge rows written: {result.rows_written:,} "
         f"(table holds {written[0] if written else 0:,}); aggregate groups: {len(groups):,}",
@@ -173,7 +179,9 @@ def run(dsn: str, subscriptions: int, rows: int) -> list[str]:
         f"single SQL aggregate:              {aggregate:8.2f} s",
         f"ratio first run / aggregate:       {first / aggregate:8.1f}",
         f"ratio replay / aggregate:          {replay / aggregate:8.1f}",
+        f"target first run <= {TARGET:.0f}× aggregate:    {verdict}",
     ]
+    return lines, first / aggregate, per_sub
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -186,13 +194,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     scales = [int(s) for s in args.scales.split(",") if s.strip()]
     if args.dsn and len(scales) != 1:
         parser.error("--dsn takes one scale: each size needs an empty database")
+    results = []
     with ExitStack() as stack:
         cluster = None if args.dsn else stack.enter_context(postgres.PostgresCluster())
         for scale in scales:
             dsn = args.dsn or cluster.create_database(f"charges_bench_{scale}")  # type: ignore[union-attr]
             print(f"-- scale ×{scale}")
-            for line in run(dsn, args.subscriptions * scale, args.rows * scale):
+            lines, ratio, per_sub = run(dsn, args.subscriptions * scale, args.rows * scale)
+            results.append((scale, ratio, per_sub))
+            for line in lines:
                 print(line, flush=True)
+    print("-- growth")
+    for scale, ratio, per_sub in results:
+        print(f"×{scale}: {per_sub:6.2f} ms per Subscription, first run {ratio:5.1f}× aggregate")
+    if len(results) > 1:
+        growth = results[-1][2] / results[0][2]
+        print(f"ms per Subscription, ×{results[-1][0]} / ×{results[0][0]}: {growth:.2f}")
     return 0
 
 
