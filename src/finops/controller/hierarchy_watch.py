@@ -22,7 +22,7 @@ import lightkube
 from lightkube.resources import core_v1
 
 from finops.controller import caches as caches_
-from finops.controller import config, ledger_mirror, offering, subscription
+from finops.controller import config, ledger_mirror, offering, subscription, watched
 from finops.hierarchy import family, offerings, refs, subscriptions
 from finops.kube import resources, watch
 
@@ -144,9 +144,11 @@ class Wiring:
         ledger_dsn: str | None = None,
     ) -> None:
         self.enqueue = enqueue
-        self.offering_source = watch.Source(client, resources.Offering, self._on_offering)
+        self.offering_source = watch.Source(
+            client, resources.Offering, self._on_offering, project=watched.hierarchy_object
+        )
         self.subscription_source = watch.Source(
-            client, resources.Subscription, self._on_subscription
+            client, resources.Subscription, self._on_subscription, project=watched.hierarchy_object
         )
         self.sources = [self.offering_source, self.subscription_source]
         namespaces: caches_.Store | None = None
@@ -154,7 +156,11 @@ class Wiring:
         if ledger_dsn is not None:
             self.mirror = ledger_mirror.Mirror(ledger_dsn, settings.cluster_id)
             ns_source = watch.Source(
-                client, core_v1.Namespace, self._on_namespace, namespaced=False
+                client,
+                core_v1.Namespace,
+                self._on_namespace,
+                namespaced=False,
+                project=watched.namespace,
             )
             self.sources.append(ns_source)
             namespaces = ns_source.store

@@ -117,6 +117,27 @@ def _owns_policy(fields: object) -> bool:
     return True
 
 
+def _applied_policy(last: str) -> bool | None:
+    """What `kubectl apply`'s annotation says: sent or not, None when it cannot tell."""
+    try:
+        applied = json.loads(last)
+    except ValueError:
+        applied = None
+    if isinstance(applied, Mapping):
+        lifecycle = (applied.get("spec") or {}).get("lifecycle") or {}
+        return isinstance(lifecycle, Mapping) and "onParentDeactivate" in lifecycle
+    return None
+
+
+def _field_managers(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The managedFields entries of the object itself (not of a subresource)."""
+    return [
+        e
+        for e in meta.get("managedFields") or ()
+        if isinstance(e, Mapping) and not e.get("subresource")
+    ]
+
+
 def _client_sent_policy(sub: Mapping[str, Any]) -> bool | None:
     """Whether a client wrote `lifecycle.onParentDeactivate`, as far as the object tells.
 
@@ -128,23 +149,52 @@ def _client_sent_policy(sub: Mapping[str, Any]) -> bool | None:
     meta = sub.get("metadata") or {}
     last = (meta.get("annotations") or {}).get(LAST_APPLIED)
     if last:
-        try:
-            applied = json.loads(last)
-        except ValueError:
-            applied = None
-        if isinstance(applied, Mapping):
-            lifecycle = (applied.get("spec") or {}).get("lifecycle") or {}
-            return isinstance(lifecycle, Mapping) and "onParentDeactivate" in lifecycle
-    entries = [
-        e
-        for e in meta.get("managedFields") or ()
-        if isinstance(e, Mapping) and not e.get("subresource")
-    ]
+        said = _applied_policy(last)
+        if said is not None:
+            return said
+    entries = _field_managers(meta)
     if any(e.get("operation") == "Apply" and _owns_policy(e.get("fieldsV1")) for e in entries):
         return True
     if any(_owns_policy(e.get("fieldsV1")) for e in entries):
         return None
     return False if entries else None
+
+
+_APPLIED = {True: '{"spec":{"lifecycle":{"onParentDeactivate":""}}}', False: "{}", None: "null"}
+_OWNS: dict[str, Any] = {"f:spec": {"f:lifecycle": {"f:onParentDeactivate": {}}}}
+_MANAGERS = {  # (an Apply owns it, anyone owns it) -> one entry that reads the same
+    (True, True): ({"operation": "Apply", "fieldsV1": _OWNS},),
+    (False, True): ({"operation": "Update", "fieldsV1": _OWNS},),
+    (False, False): ({"operation": "Update", "fieldsV1": {}},),
+}
+
+
+def policy_evidence(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The last-applied annotation and managedFields cut down to what `_client_sent_policy`
+    reads, so a watch cache need not hold the whole manifest and every manager's field set.
+
+    Returns `{"annotations": {LAST_APPLIED: ...}}` (when the object has it) and
+    `{"managedFields": (one entry,)}` (when it has managers of its own); the policy read from
+    metadata carrying only these equals the one read from the whole object. The entries are
+    shared between objects: caches are read, never modified.
+    """
+    found: dict[str, Any] = {}
+    annotations = meta.get("annotations") or {}
+    if LAST_APPLIED in annotations:
+        last = annotations[LAST_APPLIED]
+        try:
+            kept = _APPLIED[_applied_policy(last)] if last else last
+        except (AttributeError, TypeError):
+            kept = last  # an odd manifest: keep it whole, read it the same way later
+        found["annotations"] = {LAST_APPLIED: kept}
+    entries = _field_managers(meta)
+    if entries:
+        owned = [_owns_policy(e.get("fieldsV1")) for e in entries]
+        applied = any(
+            o and e.get("operation") == "Apply" for o, e in zip(owned, entries, strict=True)
+        )
+        found["managedFields"] = _MANAGERS[(applied, any(owned))]
+    return found
 
 
 def explicit_on_parent_deactivate(sub: Mapping[str, Any]) -> str | None:

@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 Handler = Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
 """(event type, old object or None, new object or None)."""
+Projection = Callable[[dict[str, Any]], dict[str, Any]]
+"""An object as the API server sent it -> what the store keeps of it (and handlers see)."""
+LIST_CHUNK = 500
+"""Objects per page of a relist: a 10k-object list is never one response held in memory."""
 
 
 def object_key(obj: dict[str, Any]) -> Key:
@@ -42,6 +46,7 @@ class Source:
         namespaced: bool = True,
         labels: dict[str, str] | None = None,
         max_backoff: float = 10.0,
+        project: Projection | None = None,
     ) -> None:
         self.client = client
         self.res = res
@@ -49,6 +54,7 @@ class Source:
         self.namespaced = namespaced
         self.labels = labels
         self.max_backoff = max_backoff
+        self.project: Projection = project or (lambda body: body)
         self.store: dict[Key, dict[str, Any]] = {}
         self.synced = asyncio.Event()
         self.name = getattr(res, "__name__", str(res))
@@ -62,10 +68,10 @@ class Source:
         return kwargs
 
     async def _relist(self) -> str:
-        listing = self.client.list(self.res, **self._scope())
+        listing = self.client.list(self.res, chunk_size=LIST_CHUNK, **self._scope())
         fresh: dict[Key, dict[str, Any]] = {}
         async for obj in listing:
-            body = kube_client.to_dict(obj)
+            body = self.project(kube_client.to_dict(obj))
             fresh[object_key(body)] = body
         version = str(listing.resourceVersion)
         gone = set(self.store) - set(fresh)
@@ -88,7 +94,7 @@ class Source:
                 async for kind, obj in self.client.watch(
                     self.res, resource_version=version, **self._scope()
                 ):
-                    body = kube_client.to_dict(obj)
+                    body = self.project(kube_client.to_dict(obj))
                     key = object_key(body)
                     old = self.store.get(key)
                     if kind == "DELETED":
