@@ -1,0 +1,20 @@
+"""The controller with its watch-store projection switched off: the memory benchmark's baseline.
+
+Every watched Offering, Subscription and Namespace is kept exactly as the API server sent it
+(as before the projection), everything else is the shipped `finops-operator` entry point.
+"""
+
+from __future__ import annotations
+
+from finops import operator
+from finops.controller import watched
+
+
+def main() -> None:
+    watched.hierarchy_object = watched.unchanged
+    watched.namespace = watched.unchanged
+    raise SystemExit(operator.main())
+
+
+if __name__ == "__main__":
+    main()
