@@ -1,12 +1,18 @@
-"""One `--mode=cronjob` run over a generated 10k-pod cluster, against a raw `COPY`.
+"""One `--mode=cronjob` run over a generated cluster at three sizes, against a raw `COPY`.
 
 Why a ratio: the run's rows/s depends on the machine; dividing by a raw `COPY` of the very
-same rows into a bare table (no key, no index, no upsert) measured in the same process says
-what fetching from OpenCost, parsing exactly, staging and upserting cost on top of the
-cheapest possible load. Everything is real: a kube-apiserver (the run reads its CostJob and
-writes the execution record), PostgreSQL, and the OpenCost replay server.
+same rows into a bare table (no key, no index, no upsert) measured in the same run says what
+fetching from OpenCost, decoding exactly, staging and merging cost on top of the cheapest
+possible load. Everything is real: a kube-apiserver (the run reads its CostJob and its
+PriceBook), PostgreSQL, and the OpenCost replay server in its own process. The replay server
+builds every answer once before timing and then serves the same bytes (`--prebuilt`), so the
+stand-in costs what sending bytes costs, not what generating JSON costs.
 
-    .venv/bin/python -m benchmarks.allocation_run [--namespaces 100 --pods 100 --lookback 5]
+The run is its own process (as a CronJob's pod is), so its peak RSS (`VmHWM`) is the job's
+alone; it times `collect` (everything between reading the CostJob and recording the outcome)
+and its phases.
+
+    .venv/bin/python -m benchmarks.allocation_run [--namespaces 125 --pods 100 --lookback 4]
 """
 
 from __future__ import annotations
@@ -14,12 +20,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
+import json
+import os
 import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import httpx
 import psycopg
@@ -30,14 +40,26 @@ from psycopg.types.json import Jsonb
 from finops.devenv import controlplane, postgres
 from finops.jobs import allocations as job
 from finops.kube import costjobs
+from finops.opencost import client as opencost_client
+from finops.opencost import config as opencost_config
 from finops.store import migrate
 
 CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 SCHEDULED = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
 GROUP = "/apis/finops.stakater.com/v1alpha1"
+SIZES = (1, 2, 4)
+TARGET_RATIO = 0.5
+TARGET_RSS_MB = 150.0
 
 
-def _setup_kube(cp: controlplane.ControlPlane) -> None:
+def _costjob_spec(args: argparse.Namespace) -> dict[str, Any]:
+    spec: dict[str, Any] = {"type": "ResourceCostCollection", "interval": "1h"}
+    if args.shard > 0:
+        spec["sharding"] = {"namespacesPerShard": args.shard, "concurrency": args.concurrency}
+    return spec
+
+
+def _setup_kube(cp: controlplane.ControlPlane, spec: Mapping[str, Any]) -> None:
     cp.create_namespace("bench")
     book = {
         "apiVersion": "finops.stakater.com/v1alpha1",
@@ -49,7 +71,7 @@ def _setup_kube(cp: controlplane.ControlPlane) -> None:
         "apiVersion": "finops.stakater.com/v1alpha1",
         "kind": "CostJob",
         "metadata": {"name": "collect", "namespace": "bench"},
-        "spec": {"type": "ResourceCostCollection", "interval": "1h"},
+        "spec": dict(spec),
     }
     with cp.http() as client:
         obj = client.post(f"{GROUP}/namespaces/bench/pricebooks", json=book).json()
@@ -58,12 +80,8 @@ def _setup_kube(cp: controlplane.ControlPlane) -> None:
         client.post(f"{GROUP}/namespaces/bench/costjobs", json=costjob).raise_for_status()
 
 
-def _run(
-    cp: controlplane.ControlPlane, dsn: str, url: str, lookback: int
-) -> tuple[float, job.RunResult]:
-    """One run's collection phase (what `--mode=cronjob` does between reading its CostJob
-    and writing the execution record), timed as a whole and by phase."""
-    env = {
+def _env(dsn: str, url: str, lookback: int) -> dict[str, str]:
+    return {
         "COSTJOB_NAME": "collect",
         "COSTJOB_NAMESPACE": "bench",
         "POSTGRES_CONNECTION_STRING": dsn,
@@ -73,8 +91,13 @@ def _run(
         "OPENCOST_FETCH_TIMEOUT": "10m",
     }
 
+
+def _child(kubeconfig: str) -> int:
+    """The timed run, in this process of its own: one JSON line of figures on stdout."""
+    env = dict(os.environ)
+
     async def go() -> tuple[float, job.RunResult]:
-        client = AsyncClient(config=KubeConfig.from_file(str(cp.kubeconfig)))
+        client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
         try:
             costjob = await costjobs.get_costjob(client, "bench", "collect")
             started = time.perf_counter()
@@ -83,11 +106,35 @@ def _run(
         finally:
             await client.close()
 
-    return asyncio.run(go())
+    seconds, result = asyncio.run(go())
+    status = pathlib.Path("/proc/self/status").read_text()
+    hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+    figures = {
+        "seconds": seconds,
+        "rows_changed": result.rows_written,
+        "peak_rss_kib": int(hwm.split()[1]),
+        "phases": dataclasses.asdict(result.phases),
+    }
+    print(json.dumps(figures))
+    return 0
+
+
+def _run_child(cp: controlplane.ControlPlane, env: Mapping[str, str]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.allocation_run", "--child", str(cp.kubeconfig)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the allocation run failed:\n{done.stderr[-4000:]}")
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
 
 
 def _raw_copy(dsn: str) -> tuple[int, float]:
-    """COPY the rows the run wrote, as binary values, into a bare table of the same columns."""
+    """COPY the rows the run wrote, as Python values, into a bare table of the same columns."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("SELECT * FROM provider_allocations").fetchall()
         conn.execute("CREATE TABLE bare AS SELECT * FROM provider_allocations WITH NO DATA")
@@ -102,26 +149,12 @@ def _raw_copy(dsn: str) -> tuple[int, float]:
 
 @contextlib.contextmanager
 def _replay_process(namespaces: int, pods: int) -> Iterator[str]:
-    """The replay server in its own process, so its JSON work does not share our GIL."""
+    """The replay server in its own process, answering from bytes built once."""
     port = controlplane.free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "finops.devenv.opencost_replay",
-            "--port",
-            str(port),
-            "--namespaces",
-            str(namespaces),
-            "--pods",
-            str(pods),
-            "--containers",
-            "1",
-            "--seed",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-    )
+    command = [sys.executable, "-m", "finops.devenv.opencost_replay", "--port", str(port)]
+    command += ["--namespaces", str(namespaces), "--pods", str(pods), "--containers", "1"]
+    command += ["--seed", "1", "--prebuilt"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -139,56 +172,109 @@ def _replay_process(namespaces: int, pods: int) -> Iterator[str]:
         proc.wait()
 
 
-def _warm(url: str, lookback: int) -> None:
-    """Ask for every hour once, so the server's generated cluster is built before timing."""
-    for k in range(lookback + 1):
-        start = SCHEDULED - dt.timedelta(hours=k)
-        window = f"{start:%Y-%m-%dT%H:%M:%SZ},{start + dt.timedelta(hours=1):%Y-%m-%dT%H:%M:%SZ}"
-        httpx.get(
-            f"{url}/allocation/compute",
-            params={"window": window, "aggregate": "namespace"},
-            timeout=300,
-        )
+def _warm(env: Mapping[str, str], spec: Mapping[str, Any], lookback: int) -> float:
+    """Ask every query the run will ask (same client, same shards) so each answer is built."""
+
+    async def go() -> None:
+        cfg = opencost_config.OpenCostConfig.from_sources(spec, env)
+        async with opencost_client.OpenCostClient(cfg) as oc:
+            for k in range(lookback + 1):
+                hour = SCHEDULED - dt.timedelta(hours=k)
+                async for _ in opencost_client.iter_hour_tuples(oc, hour, cluster="warm"):
+                    pass
+
+    started = time.perf_counter()
+    asyncio.run(go())
+    return time.perf_counter() - started
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--namespaces", type=int, default=100)
-    p.add_argument("--pods", type=int, default=100, help="pods per namespace")
-    p.add_argument("--lookback", type=int, default=5)
-    args = p.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    factor: int
+    pods: int
+    rows: int
+    run_seconds: float
+    copy_seconds: float
+    peak_rss_mb: float
+    phases: dict[str, float]
 
-    with (
-        controlplane.running(CRDS) as cp,
-        postgres.PostgresCluster() as pg,
-        _replay_process(args.namespaces, args.pods) as url,
-    ):
-        _setup_kube(cp)
+    @property
+    def ratio(self) -> float:
+        return self.copy_seconds / self.run_seconds
+
+
+def _measure(
+    cp: controlplane.ControlPlane,
+    pg: postgres.PostgresCluster,
+    args: argparse.Namespace,
+    factor: int,
+) -> Measured:
+    namespaces = args.namespaces * factor
+    with _replay_process(namespaces, args.pods) as url:
         dsn = pg.create_database()
         with psycopg.connect(dsn, autocommit=True) as conn:
             migrate.apply(conn)
-        _warm(url, args.lookback)
-        run_seconds, result = _run(cp, dsn, url, args.lookback)
-        rows, copy_seconds = _raw_copy(dsn)
+        env = _env(dsn, url, args.lookback)
+        warm = _warm(env, _costjob_spec(args), args.lookback)
+        print(f"×{factor}: replay answers built in {warm:.1f} s (not timed)", flush=True)
+        figures = _run_child(cp, env)
+    rows, copy_seconds = _raw_copy(dsn)
+    return Measured(
+        factor,
+        namespaces * args.pods,
+        rows,
+        figures["seconds"],
+        copy_seconds,
+        figures["peak_rss_kib"] / 1024,
+        figures["phases"],
+    )
 
-    hours = args.lookback + 1
-    pods = args.namespaces * args.pods
-    print(f"cluster: {pods} pods, {hours} hours (HOURS_LOOKBACK={args.lookback})")
-    print(f"rows written:                  {rows:>10,}")
+
+def _report(m: Measured, hours: int) -> None:
+    run_rate, copy_rate = m.rows / m.run_seconds, m.rows / m.copy_seconds
+    print(f"×{m.factor}: {m.pods:,} pods × {hours} hours = {m.rows:,} rows")
     print(
-        f"allocation run:                {rows / run_seconds:>10,.0f} rows/s  ({run_seconds:.1f} s)"
+        f"  allocation run     {run_rate:>9,.0f} rows/s  {1e6 / run_rate:6.1f} µs/row"
+        f"  ({m.run_seconds:.2f} s)"
     )
-    copy_rate = rows / copy_seconds
-    print(f"raw COPY of the same rows:     {copy_rate:>10,.0f} rows/s  ({copy_seconds:.1f} s)")
-    print(f"ratio run/raw COPY:            {copy_seconds / run_seconds:>10.3f}")
-    write_rate = rows / result.write_seconds
     print(
-        f"  of which fetching from OpenCost (replay server + exact parsing): "
-        f"{result.fetch_seconds:.1f} s"
+        f"  raw COPY           {copy_rate:>9,.0f} rows/s  {1e6 / copy_rate:6.1f} µs/row"
+        f"  ({m.copy_seconds:.2f} s)"
     )
-    took = result.write_seconds
-    print(f"  of which writing the ledger:  {write_rate:>10,.0f} rows/s  ({took:.1f} s)")
-    print(f"ratio ledger write/raw COPY:   {copy_seconds / result.write_seconds:>10.3f}")
+    print(f"  ratio run/raw COPY {m.ratio:>9.3f}")
+    p = m.phases
+    split = "  ".join(
+        f"{name} {p[name]:.2f} s" for name in ("fetch", "decode", "stage", "merge", "finalize")
+    )
+    print(f"  phases: {split}  (decode is part of fetch)")
+    print(f"  job peak RSS (VmHWM) {m.peak_rss_mb:.1f} MB", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--namespaces", type=int, default=125, help="namespaces at ×1")
+    p.add_argument("--pods", type=int, default=100, help="pods per namespace")
+    p.add_argument("--lookback", type=int, default=4, help="HOURS_LOOKBACK (hours = this + 1)")
+    p.add_argument("--shard", type=int, default=10, help="namespacesPerShard (0: unsharded)")
+    p.add_argument("--concurrency", type=int, default=4, help="shard queries in flight")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return _child(args.child)
+    measured: list[Measured] = []
+    with controlplane.running(CRDS) as cp, postgres.PostgresCluster() as pg:
+        _setup_kube(cp, _costjob_spec(args))
+        for factor in SIZES:
+            measured.append(_measure(cp, pg, args, factor))
+            _report(measured[-1], args.lookback + 1)
+    largest = measured[-1]
+    ratio_met = "met" if largest.ratio >= TARGET_RATIO else "not met"
+    rss_met = "met" if largest.peak_rss_mb <= TARGET_RSS_MB else "not met"
+    print(
+        f"target at ×{largest.factor} ({largest.rows:,} rows): ratio {largest.ratio:.3f}"
+        f" ≥ {TARGET_RATIO} {ratio_met}; peak RSS {largest.peak_rss_mb:.1f} MB"
+        f" ≤ {TARGET_RSS_MB:.0f} MB {rss_met}"
+    )
     return 0
 
 

@@ -13,7 +13,9 @@ be told to fail (`Fault`): JSON 500, plain-text 400, malformed JSON, a slow answ
 hostile answers of the fault suite (any status, headers and bytes; the normal document
 altered; a slow-loris drip).
 Every request is recorded, with the peak number served at once, so tests can check encoding
-and concurrency. No network beyond loopback is used.
+and concurrency. With `prebuilt=True` (`--prebuilt`) each distinct answer is built once and
+its bytes served again from memory, so a benchmark can ask every query once before timing and
+then time the client, not the stand-in. No network beyond loopback is used.
 """
 
 from __future__ import annotations
@@ -699,8 +701,12 @@ class Recorded:
 class ReplayServer:
     """The HTTP server, run in a daemon thread on 127.0.0.1 (port 0 = any free port)."""
 
-    def __init__(self, source: Source, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, source: Source, *, host: str = "127.0.0.1", port: int = 0, prebuilt: bool = False
+    ) -> None:
         self.source = source
+        self._built: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, str, bytes]] = {}
+        self._prebuilt = prebuilt
         self.requests: list[Recorded] = []
         self.max_in_flight = 0
         self._in_flight = 0
@@ -777,6 +783,15 @@ class ReplayServer:
 
     def answer(self, path: str, params: Mapping[str, str]) -> tuple[int, str, bytes]:
         """Status, content type and body for one request (faults applied by the handler)."""
+        if not self._prebuilt:
+            return self._build(path, params)
+        key = (path, tuple(sorted(params.items())))
+        built = self._built.get(key)
+        if built is None:
+            built = self._built[key] = self._build(path, params)
+        return built
+
+    def _build(self, path: str, params: Mapping[str, str]) -> tuple[int, str, bytes]:
         try:
             if path not in PATHS:
                 raise ReplayError(404, "404 page not found", plain=True)
@@ -922,13 +937,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--pods", type=int, default=5, help="pods per namespace")
     ap.add_argument("--containers", type=int, default=2, help="containers per pod")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--prebuilt", action="store_true", help="build each distinct answer once, then replay it"
+    )
     args = ap.parse_args(argv)
     source: Source = (
         Captures(args.captures)
         if args.captures
         else Generated(args.namespaces, args.pods, args.containers, args.seed)
     )
-    srv = ReplayServer(source, port=args.port)
+    srv = ReplayServer(source, port=args.port, prebuilt=args.prebuilt)
     print(f"OpenCost replay on {srv.url}", flush=True)
     try:
         srv._httpd.serve_forever()

@@ -7,6 +7,10 @@ Finalized rows are settled history: an upsert never changes a row that is alread
 finalized, and finalization never goes backwards. Ingestion is one `COPY` into a session
 temp table plus one `INSERT … ON CONFLICT DO UPDATE`; a conflicting row is only rewritten
 when its values differ, so replaying a batch leaves the table as it was.
+
+The allocation run streams instead (`open_stream`, `stage`, `merge`): each batch of row tuples
+is `COPY`ed into a session temp table as it arrives, and each hour is merged by the same set-based
+upsert, so no more than a batch of rows is ever held in Python.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import operator
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
+import msgspec
 import psycopg
 from psycopg import pq
 from psycopg.types.json import Jsonb
@@ -44,6 +49,8 @@ _ROW_COLUMNS: dict[str, str] = {
 }
 _KEY = ("cluster", "hour", "namespace", "name", "aggregation")
 _STAGING = "finops_allocation_staging"
+_STREAM = "finops_allocation_stream"
+_STAMP = ("pricebook_id", "currency", "is_finalized")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,13 +182,6 @@ def ingest(
     fields_of = operator.attrgetter(*_ROW_COLUMNS)
     labels_at = list(_ROW_COLUMNS).index("labels")
     columns = ", ".join(_ROW_COLUMNS.values())
-    stamp = ("pricebook_id", "currency", "is_finalized")
-    assignments = ", ".join(
-        f"{c} = EXCLUDED.{c}" for c in (*_ROW_COLUMNS.values(), *stamp) if c not in _KEY
-    )
-    compared = [c for c in (*_ROW_COLUMNS.values(), *stamp) if c not in _KEY]
-    mine = ", ".join(f"provider_allocations.{c}" for c in compared)
-    theirs = ", ".join(f"EXCLUDED.{c}" for c in compared)
     with _atomic(conn):
         _prepare_staging(conn)
         with conn.cursor() as cur:
@@ -193,17 +193,89 @@ def ingest(
                     values = list(fields_of(row))
                     values[labels_at] = Jsonb(dict(row.labels))
                     copy.write_row(values)
-            cur.execute(
-                f"""
-                INSERT INTO provider_allocations ({columns}, {", ".join(stamp)})
-                SELECT {columns}, %s, %s, %s FROM {_STAGING}
-                ON CONFLICT ({", ".join(_KEY)}) DO UPDATE SET {assignments}
-                WHERE NOT provider_allocations.is_finalized
-                  AND ({mine}) IS DISTINCT FROM ({theirs})
-                """.encode(),
-                (pricebook_id, currency, finalized),
-            )
+            cur.execute(_upsert_sql(_STAGING, "%s", ""), (pricebook_id, currency, finalized))
             return cur.rowcount
+
+
+def _upsert_sql(source: str, finalized: str, order: str) -> bytes:
+    """Upsert every row of `source` stamped with a PriceBook (`%s, %s`) and `finalized`.
+
+    A finalized row in the table is left untouched; any other is rewritten only when a value
+    differs, so a replay changes nothing (and its row count says so).
+    """
+    columns = ", ".join(_ROW_COLUMNS.values())
+    compared = [c for c in (*_ROW_COLUMNS.values(), *_STAMP) if c not in _KEY]
+    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in compared)
+    mine = ", ".join(f"provider_allocations.{c}" for c in compared)
+    theirs = ", ".join(f"EXCLUDED.{c}" for c in compared)
+    return f"""
+        INSERT INTO provider_allocations ({columns}, {", ".join(_STAMP)})
+        SELECT {columns}, %s, %s, {finalized} FROM {source} {order}
+        ON CONFLICT ({", ".join(_KEY)}) DO UPDATE SET {assignments}
+        WHERE NOT provider_allocations.is_finalized
+          AND ({mine}) IS DISTINCT FROM ({theirs})
+        """.encode()
+
+
+def open_stream(conn: psycopg.Connection[Any]) -> None:
+    """An empty session temp table for `stage` (created once per session, emptied here).
+
+    Call it inside the caller's transaction: rows staged there vanish at its end.
+    """
+    conn.execute(
+        f"""
+        CREATE TEMP TABLE IF NOT EXISTS {_STREAM} ON COMMIT DELETE ROWS AS
+        SELECT {", ".join(_ROW_COLUMNS.values())}, is_finalized
+        FROM provider_allocations WITH NO DATA
+        """.encode()
+    )
+    conn.execute(f"TRUNCATE {_STREAM}".encode())
+
+
+def stage(
+    conn: psycopg.Connection[Any], rows: Iterable[tuple[Any, ...]], *, finalized: bool
+) -> int:
+    """`COPY` row tuples (`AllocationRow` field order, aware times, labels a dict) into the
+    stream table; return how many. Keys must be unique until the next `merge`.
+
+    Why text lines built here: psycopg dumps a `Decimal` to binary `numeric` through
+    `Decimal.as_tuple()` in Python, which costs more than `str()`; PostgreSQL parses the text
+    in its own process. The text is what psycopg's text `COPY` would send (`ingest`).
+    """
+    tail = "\tt\n" if finalized else "\tf\n"
+    lines = [_copy_line(row) + tail for row in rows]
+    if lines:
+        columns = ", ".join(_ROW_COLUMNS.values())
+        sql = f"COPY {_STREAM} ({columns}, is_finalized) FROM STDIN".encode()
+        with conn.cursor() as cur, cur.copy(sql) as copy:
+            copy.write("".join(lines).encode())
+    return len(lines)
+
+
+_LABELS_AT = list(_ROW_COLUMNS).index("labels")
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_line(row: tuple[Any, ...]) -> str:
+    """One row in `COPY` text format (no end of line): `str()` of each value, labels as JSON."""
+    values = list(row)
+    values[_LABELS_AT] = msgspec.json.encode(values[_LABELS_AT]).decode()
+    line = "\t".join(map(str, values))
+    plain = "\\" not in line and "\n" not in line and "\r" not in line
+    if plain and line.count("\t") == len(values) - 1:
+        return line  # nothing to escape (the common case, checked once per row)
+    return "\t".join(str(v).translate(_COPY_ESCAPES) for v in values)
+
+
+def merge(conn: psycopg.Connection[Any], *, pricebook_id: int, currency: str) -> int:
+    """Upsert everything staged since `open_stream` (as `ingest` would) and empty the stream;
+    return how many rows changed. Rows go in key order, so concurrent runs cannot deadlock."""
+    order = f"ORDER BY {', '.join(_KEY)}"
+    with conn.cursor() as cur:
+        cur.execute(_upsert_sql(_STREAM, "is_finalized", order), (pricebook_id, currency))
+        changed = cur.rowcount
+        cur.execute(f"TRUNCATE {_STREAM}".encode())
+    return changed
 
 
 @contextlib.contextmanager
