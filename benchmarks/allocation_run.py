@@ -47,7 +47,6 @@ from finops.store import migrate
 CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 SCHEDULED = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
 GROUP = "/apis/finops.stakater.com/v1alpha1"
-SIZES = (1, 2, 4)
 TARGET_RATIO = 0.5
 TARGET_RSS_MB = 150.0
 
@@ -95,6 +94,8 @@ def _env(dsn: str, url: str, lookback: int) -> dict[str, str]:
 def _child(kubeconfig: str) -> int:
     """The timed run, in this process of its own: one JSON line of figures on stdout."""
     env = dict(os.environ)
+    if "SWITCH" in env:
+        sys.setswitchinterval(float(env["SWITCH"]))
 
     async def go() -> tuple[float, job.RunResult]:
         client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
@@ -243,10 +244,11 @@ def _report(m: Measured, hours: int) -> None:
     )
     print(f"  ratio run/raw COPY {m.ratio:>9.3f}")
     p = m.phases
-    split = "  ".join(
-        f"{name} {p[name]:.2f} s" for name in ("fetch", "decode", "stage", "merge", "finalize")
+    print(
+        f"  phases: fetch {p['fetch']:.2f} s (of which decode {p['decode']:.2f} s)"
+        f" | writer thread meanwhile: stage {p['stage']:.2f} s, merge {p['merge']:.2f} s"
+        f" | drain {p['drain']:.2f} s, finalize {p['finalize']:.2f} s"
     )
-    print(f"  phases: {split}  (decode is part of fetch)")
     print(f"  job peak RSS (VmHWM) {m.peak_rss_mb:.1f} MB", flush=True)
 
 
@@ -257,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lookback", type=int, default=4, help="HOURS_LOOKBACK (hours = this + 1)")
     p.add_argument("--shard", type=int, default=10, help="namespacesPerShard (0: unsharded)")
     p.add_argument("--concurrency", type=int, default=4, help="shard queries in flight")
+    p.add_argument("--sizes", default="1,2,4", help="multiples of --namespaces to run")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -264,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     measured: list[Measured] = []
     with controlplane.running(CRDS) as cp, postgres.PostgresCluster() as pg:
         _setup_kube(cp, _costjob_spec(args))
-        for factor in SIZES:
+        for factor in (int(f) for f in args.sizes.split(",")):
             measured.append(_measure(cp, pg, args, factor))
             _report(measured[-1], args.lookback + 1)
     largest = measured[-1]

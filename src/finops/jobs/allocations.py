@@ -25,7 +25,7 @@ from lightkube.core.exceptions import ApiError
 
 from finops.billing import money
 from finops.collection import durations, plan
-from finops.jobs import records
+from finops.jobs import records, writer
 from finops.kube import costjobs
 from finops.opencost import client as opencost_client
 from finops.opencost import config as opencost_config
@@ -34,6 +34,9 @@ from finops.store import allocations as store_allocations
 from finops.store import migrate, pool, unit
 
 log = logging.getLogger("finops.jobs.allocations")
+
+# `COPY` text waiting for the ledger: bounds what a slow ledger makes the run hold.
+WRITE_QUEUE_BYTES = 24 * 1024 * 1024
 
 REQUIRED_ENV = (
     "COSTJOB_NAME",
@@ -51,14 +54,17 @@ class RunFailed(Exception):
 class Phases:
     """Seconds a run spent per phase, for logs and the benchmark.
 
-    `fetch` is the hours' wall time minus staging (waiting for OpenCost, plus `decode`, the
-    part spent turning bodies into rows); `stage` the `COPY`s, `merge` the upserts.
+    `fetch`: the hours' wall time in this process (waiting for OpenCost, `decode` of bodies
+    into rows, formatting `COPY` text, and waiting when the write queue is full). `stage`
+    (the `COPY`s) and `merge` (the upserts) run in the writer thread meanwhile; `drain` is
+    the wait for the writer after the last hour, `finalize` the stragglers' update.
     """
 
     fetch: float = 0.0
     decode: float = 0.0
     stage: float = 0.0
     merge: float = 0.0
+    drain: float = 0.0
     finalize: float = 0.0
 
 
@@ -235,21 +241,57 @@ async def _stream(
     work: list[plan.HourWork],
     phases: Phases,
 ) -> tuple[int, int]:
-    """Every hour, oldest first, into one unit of work; the PriceBook id and rows changed."""
-    written = 0
+    """Every hour, oldest first, into one unit of work; the PriceBook id and rows changed.
+
+    Batches are staged and hours merged by a `Writer`, so PostgreSQL merges one hour while
+    this process fetches and decodes the next.
+    """
+    changed: list[int] = []
     with unit.begin(conn) as uow:
         book_id = await asyncio.to_thread(_open_stream, conn, settings, book)
-        async with opencost_client.OpenCostClient(settings.opencost) as oc:
-            for hour in work:
-                await _stage_hour(conn, oc, settings, hour, phases)
-                started = time.monotonic()
-                written += await asyncio.to_thread(
-                    store_allocations.merge, conn, pricebook_id=book_id, currency=book.currency
-                )
-                phases.merge += time.monotonic() - started
-            phases.decode = oc.decode_seconds
+        ledger = writer.Writer(limit=WRITE_QUEUE_BYTES)
+        try:
+            async with opencost_client.OpenCostClient(settings.opencost) as oc:
+                for hour in work:
+                    await _stage_hour(conn, oc, settings, hour, phases, ledger)
+                    await ledger.submit(
+                        _timed(
+                            phases,
+                            "merge",
+                            changed.append,
+                            store_allocations.merge,
+                            conn,
+                            pricebook_id=book_id,
+                            currency=book.currency,
+                        )
+                    )
+                phases.decode = oc.decode_seconds
+            started = time.monotonic()
+            await ledger.close()
+            phases.drain = time.monotonic() - started
+        except BaseException:
+            await ledger.abort()
+            raise
         uow.commit()
-    return book_id, written
+    return book_id, sum(changed)
+
+
+def _timed(
+    phases: Phases,
+    phase: str,
+    keep: Callable[[Any], None],
+    call: Callable[..., Any],
+    *args: Any,
+    **kwargs: Any,
+) -> Callable[[], None]:
+    """`call(*args, **kwargs)` as a writer job: its result to `keep`, its time to `phase`."""
+
+    def job() -> None:
+        started = time.monotonic()
+        keep(call(*args, **kwargs))
+        setattr(phases, phase, getattr(phases, phase) + time.monotonic() - started)
+
+    return job
 
 
 def _open_stream(conn: unit.Connection, settings: _Settings, book: _Book) -> int:
@@ -273,21 +315,24 @@ async def _stage_hour(
     settings: _Settings,
     hour: plan.HourWork,
     phases: Phases,
+    ledger: writer.Writer,
 ) -> None:
-    """Stage one hour's batches as they arrive (bounded by `openCostFetchTimeout`)."""
-    started, staging, count = time.monotonic(), 0.0, 0
+    """Queue one hour's batches for staging as they arrive (within `openCostFetchTimeout`)."""
+    started, count = time.monotonic(), 0
     batches = opencost_client.iter_hour_tuples(oc, hour.start, cluster=settings.cluster)
     async with opencost_client.hour_deadline(oc, hour.start), aclosing(batches):
         async for batch in batches:
-            began = time.monotonic()
-            count += await asyncio.to_thread(
-                store_allocations.stage, conn, batch, finalized=hour.finalized
-            )
-            staging += time.monotonic() - began
+            data, rows = store_allocations.copy_text(batch, finalized=hour.finalized)
+            count += rows
+            job = _timed(phases, "stage", _ignore, store_allocations.stage_text, conn, data)
+            await ledger.submit(job, len(data))
     took = time.monotonic() - started
-    phases.stage += staging
-    phases.fetch += took - staging
+    phases.fetch += took
     log.info("hour %s: %d allocation rows fetched in %.1fs", plan.rfc3339(hour.start), count, took)
+
+
+def _ignore(_: object) -> None:
+    pass
 
 
 def _finalize(conn: unit.Connection, settings: _Settings) -> int:

@@ -236,20 +236,32 @@ def stage(
     conn: psycopg.Connection[Any], rows: Iterable[tuple[Any, ...]], *, finalized: bool
 ) -> int:
     """`COPY` row tuples (`AllocationRow` field order, aware times, labels a dict) into the
-    stream table; return how many. Keys must be unique until the next `merge`.
+    stream table; return how many. Keys must be unique until the next `merge`."""
+    data, count = copy_text(rows, finalized=finalized)
+    stage_text(conn, data)
+    return count
+
+
+def copy_text(rows: Iterable[tuple[Any, ...]], *, finalized: bool) -> tuple[bytes, int]:
+    """Row tuples as `COPY` text for `stage_text`, and how many rows it holds.
 
     Why text lines built here: psycopg dumps a `Decimal` to binary `numeric` through
     `Decimal.as_tuple()` in Python, which costs more than `str()`; PostgreSQL parses the text
-    in its own process. The text is what psycopg's text `COPY` would send (`ingest`).
+    in its own process. It is the text psycopg's text `COPY` sends for `ingest`, and a few
+    hundred bytes a row, so batches can wait in a queue cheaply.
     """
     tail = "\tt\n" if finalized else "\tf\n"
     lines = [_copy_line(row) + tail for row in rows]
-    if lines:
+    return "".join(lines).encode(), len(lines)
+
+
+def stage_text(conn: psycopg.Connection[Any], data: bytes) -> None:
+    """`COPY` text from `copy_text` into the stream table (opened by `open_stream`)."""
+    if data:
         columns = ", ".join(_ROW_COLUMNS.values())
         sql = f"COPY {_STREAM} ({columns}, is_finalized) FROM STDIN".encode()
         with conn.cursor() as cur, cur.copy(sql) as copy:
-            copy.write("".join(lines).encode())
-    return len(lines)
+            copy.write(data)
 
 
 _LABELS_AT = list(_ROW_COLUMNS).index("labels")
