@@ -247,7 +247,7 @@ async def _stream(
     this process fetches and decodes the next.
     """
     changed: list[int] = []
-    with unit.begin(conn) as uow:
+    with unit.begin(conn) as uow, writer.responsive_threads():
         book_id = await asyncio.to_thread(_open_stream, conn, settings, book)
         ledger = writer.Writer(limit=WRITE_QUEUE_BYTES)
         try:

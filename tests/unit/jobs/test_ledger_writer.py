@@ -73,3 +73,12 @@ def test_abort_stops_taking_jobs() -> None:
 
     asyncio.run(go())
     assert ran in ([], [1])
+
+
+def test_the_short_switch_interval_lasts_only_for_the_block() -> None:
+    import sys
+
+    before = sys.getswitchinterval()
+    with writer.responsive_threads():
+        assert sys.getswitchinterval() <= writer.SWITCH_INTERVAL
+    assert sys.getswitchinterval() == before
