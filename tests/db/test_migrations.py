@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from finops.store import migrate, mirror
+from finops.store import allocations, migrate, mirror
 from tests.db import builders
 
 EXPECTED_TABLES = {
@@ -190,6 +190,47 @@ class TestUpgrades:
             assert conn.execute("SELECT * FROM subscription_charges").fetchall() == before
             conn.execute("TRUNCATE subscription_charges, subscription_versions, offering_versions")
 
+    def test_allocation_pricebook_check_keeps_an_existing_ledger_and_its_integrity(
+        self, pg_dsn: str
+    ) -> None:
+        """The migration that trades the allocations' per-row foreign key for one check per
+        statement keeps every allocation row, and an allocation still cannot point at a
+        pricebook that is not there, on insert, merge or update, nor outlive its pricebook
+        by DELETE or TRUNCATE."""
+        shipped = migrate.load()
+        at = [m.name for m in shipped].index("allocation_pricebook_check")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            migrate.apply(conn, shipped[:at])
+            book = builders.pricebook(conn)
+            rows = [builders.alloc(f"team-a/web-{i}/app", at=i % 3) for i in range(6)]
+            allocations.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
+            before = conn.execute(_ALLOCATIONS).fetchall()
+            migrate.apply(conn)
+            assert conn.execute(_ALLOCATIONS).fetchall() == before
+            foreign_keys = conn.execute(
+                "SELECT count(*) FROM pg_constraint WHERE contype = 'f'"
+                " AND conrelid = 'provider_allocations'::regclass"
+            ).fetchone()
+            assert foreign_keys == (0,)
+            fresh = [builders.alloc("team-b/db-0/pg", at=0, namespace="team-b")]
+            for written in (fresh, rows[:1], [*fresh, *rows]):  # insert, merge, both
+                with pytest.raises(psycopg.errors.ForeignKeyViolation, match="not stored"):
+                    allocations.ingest(
+                        conn, written, pricebook_id=book + 99, currency="USD", finalized=False
+                    )
+            one_bad = "UPDATE provider_allocations SET pricebook_id = %s + (hour = %s)::int"
+            with pytest.raises(psycopg.errors.ForeignKeyViolation, match="not stored"):
+                conn.execute(one_bad.encode(), (book, builders.hour(1)))
+            with pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="never"):
+                conn.execute("DELETE FROM pricebooks")
+            with pytest.raises(psycopg.errors.ForeignKeyViolation, match="orphan"):
+                conn.execute("TRUNCATE pricebooks")
+            assert conn.execute(_ALLOCATIONS).fetchall() == before
+            assert allocations.pricebooks(conn, [book]).keys() == {book}
+            conn.execute("TRUNCATE provider_allocations, pricebooks")
+
+
+_ALLOCATIONS = "SELECT * FROM provider_allocations ORDER BY cluster, hour, namespace, name"
 
 _CHARGE = """
     INSERT INTO subscription_charges (cluster, subscription_uid, hour, source, quantity,
