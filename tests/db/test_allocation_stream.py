@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -144,3 +145,34 @@ def test_any_sequence_of_runs_leaves_the_ledger_ingest_leaves(
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("DELETE FROM provider_allocations")
     same_ledger(ledgers, sequence)
+
+
+def test_a_run_that_commits_the_hour_first_turns_the_fresh_insert_into_the_upsert(
+    ledgers: tuple[str, str],
+) -> None:
+    """The hour is new when the merge looks, but a concurrent run commits it before the
+    merge's plain INSERT gets its keys: the merge waits, then upserts over that run's rows,
+    leaving what `ingest` leaves when the two runs go one after the other."""
+    theirs: Run = [(False, [alloc(f"team-a/web-{p}/app", at=0) for p in range(4)])]
+    mine: Run = [(False, [alloc(f"team-a/web-{p}/app", at=0, cpu="0.75") for p in range(1, 6)])]
+    with psycopg.connect(ledgers[0]) as old:
+        expected = [by_ingest(old, theirs), by_ingest(old, mine)]
+    with (
+        psycopg.connect(ledgers[1]) as other,
+        psycopg.connect(ledgers[1]) as conn,
+        psycopg.connect(ledgers[1], autocommit=True) as watch,
+    ):
+        book = builders.pricebook(conn)
+        conn.commit()
+        allocations.ingest(other, theirs[0][1], pricebook_id=book, currency="USD", finalized=False)
+        written: list[int] = []
+        merging = threading.Thread(target=lambda: written.append(by_stream(conn, mine)))
+        merging.start()
+        waiting = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
+        while watch.execute(waiting, (conn.info.backend_pid,)).fetchone() != (True,):
+            assert merging.is_alive(), "the merge finished without waiting for the other run"
+        other.commit()
+        merging.join()
+        assert written == expected[1:]
+        with psycopg.connect(ledgers[0]) as old:
+            assert dump(conn) == dump(old)
