@@ -3,12 +3,13 @@
 Why: pricing every allocation row as a Python object made a run of 10k Subscriptions over 1M
 allocation rows 40× slower than one SQL aggregate over the same rows. Here the database sums
 each (Subscription, hour, meter) exactly in `numeric` (values × covered microseconds × the
-row's margined price in thousandths of a micro, all whole-number products) and rounds once
-per charge row, half to even (`finops_half_even`, migration 0003). The rare rows a
-Subscription's active interval trims for `pvGbHour` / `networkGb` have shares that are not
-finite decimals; they are summed as exact fractions (`finops_fraction_sum`). The result must
-equal `finops.billing.usage.usage_charges` (the `Fraction` oracle) to the micro: a property
-test holds both to it.
+row's margined price in thousandths of a micro, all whole-number products), in one grouping
+per (Subscription, hour) with the run's meters side by side (a grouping per meter row cost a
+fifth more), and rounds once per charge row, half to even (`finops_half_even`, migration
+0003). The rare rows a Subscription's active interval trims for `pvGbHour` / `networkGb`
+have shares that are not finite decimals; they are summed as exact fractions
+(`finops_fraction_sum`). The result must equal `finops.billing.usage.usage_charges` (the
+`Fraction` oracle) to the micro: a property test holds both to it.
 
 One unit of work (the caller's transaction): the run's tables go to temporary tables by
 binary COPY (Subscriptions, their sources and margins, the fee rows), usage rows are inserted
@@ -223,12 +224,26 @@ _SIGNALS = {
     "pv": "greatest(pv_byte_hours, 0)",
     "net": "greatest(moved, 0)",
 }
-_SIGNAL_OF = {
-    "cpuHour": "cpu",
-    "gpuHour": "gpu",
-    "ramGbHour": "ram",
-    "pvGbHour": "pv",
-    "networkGb": "net",
+
+
+@dataclasses.dataclass(frozen=True)
+class _Meter:
+    """How the aggregate prices one meter: the span signal it reads, its PriceBook rate,
+    whether a trimmed span's share of it is an exact fraction (the per-row meters), and the
+    parameter holding its fixed denominator (`usage._DENOMINATOR`)."""
+
+    signal: str
+    rate: str
+    per_row: bool
+    den: str
+
+
+_METERS = {
+    "cpuHour": _Meter("cpu", "cpu_hour_micros", False, "per_hour"),
+    "gpuHour": _Meter("gpu", "gpu_hour_micros", False, "per_hour"),
+    "ramGbHour": _Meter("ram", "ram_gb_hour_micros", False, "per_hour_gib"),
+    "pvGbHour": _Meter("pv", "pv_gb_hour_micros", True, "gib"),
+    "networkGb": _Meter("net", "network_gib_micros", True, "gib"),
 }
 
 # Coverage of each span as `usage._coverage` measures it, in microseconds (epochs are exact
@@ -252,56 +267,76 @@ _COVERED = """
     )
 """
 
-# One line per (span, priced meter with a rate): x on the meter's fixed denominator
-# (`usage._DENOMINATOR`), or y over len for the per-row meters of a trimmed span.
-_PRICED = """
-    priced AS (
-        SELECT g.uid, g.hour, mm.meter, g.n, v.rate, v.x, v.y, g.len,
-               greatest(v.rate * coalesce(mm.factor_milli, 1000)
-                        + coalesce(mm.absolute_micros, 0) * 1000, 0) AS price
-        FROM billed g
-        JOIN charge_meters mm ON mm.uid = g.uid
-        JOIN pricebooks p ON p.id = g.pricebook_id
-        CROSS JOIN LATERAL (
-            SELECT CASE mm.meter
-                       WHEN 'cpuHour' THEN p.cpu_hour_micros
-                       WHEN 'gpuHour' THEN p.gpu_hour_micros
-                       WHEN 'ramGbHour' THEN p.ram_gb_hour_micros
-                       WHEN 'pvGbHour' THEN p.pv_gb_hour_micros
-                       ELSE p.network_gib_micros END AS rate,
-                   CASE mm.meter
-                       WHEN 'cpuHour' THEN g.cpu * g.w
-                       WHEN 'gpuHour' THEN g.gpu * g.w
-                       WHEN 'ramGbHour' THEN g.ram * g.w
-                       WHEN 'pvGbHour' THEN CASE WHEN NOT g.trimmed THEN g.pv END
-                       ELSE CASE WHEN NOT g.trimmed THEN g.net END
-                   END AS x,
-                   CASE WHEN g.trimmed THEN CASE mm.meter
-                       WHEN 'pvGbHour' THEN g.pv * g.cov
-                       WHEN 'networkGb' THEN g.net * g.cov END
-                   END AS y
-        ) v
-        WHERE v.rate > 0
-    )
-"""
 
-_SUMS = """
-    sums AS (
-        SELECT uid, hour, meter, sum(n) AS n_rows,
-               coalesce(sum(x), 0) AS r, coalesce(sum(x * price), 0) AS ra,
-               array_agg(y) FILTER (WHERE y IS NOT NULL) AS ys,
-               array_agg(y * price) FILTER (WHERE y IS NOT NULL) AS yas,
-               array_agg(len) FILTER (WHERE y IS NOT NULL) AS lens
-        FROM priced GROUP BY uid, hour, meter
-    ), fractions AS (
+def _margins(meters: dict[str, _Meter]) -> str:
+    """Each Subscription's meters side by side: priced or not, factor and absolute margin."""
+    cols = ",\n".join(
+        f"bool_or(meter = '{name}') AS {m.signal}_on, "
+        f"coalesce(max(factor_milli) FILTER (WHERE meter = '{name}'), 1000) AS {m.signal}_f, "
+        f"coalesce(max(absolute_micros) FILTER (WHERE meter = '{name}'), 0) AS {m.signal}_a"
+        for name, m in meters.items()
+    )
+    return f"margins AS (SELECT uid, {cols} FROM charge_meters GROUP BY uid)"
+
+
+def _priced(meters: dict[str, _Meter]) -> str:
+    """Per span, each meter's margined price in thousandths of a micro (NULL where the meter
+    is not priced or its rate is zero) and its quantity: x on the meter's fixed denominator,
+    or, for a per-row meter of a trimmed span, y over len."""
+    cols = []
+    for m in meters.values():
+        s, rate = m.signal, f"p.{m.rate}"
+        cols.append(
+            f"CASE WHEN mm.{s}_on AND {rate} > 0 THEN greatest({rate} * mm.{s}_f"
+            f" + mm.{s}_a * 1000, 0) END AS {s}_price"
+        )
+        if m.per_row:
+            cols.append(f"CASE WHEN NOT g.trimmed THEN g.{s} END AS {s}_x")
+            cols.append(f"CASE WHEN g.trimmed THEN g.{s} * g.cov END AS {s}_y")
+        else:
+            cols.append(f"g.{s} * g.w AS {s}_x")
+    return f"""priced AS (
+        SELECT g.uid, g.hour, g.len, {", ".join(cols)}
+        FROM billed g JOIN margins mm USING (uid) JOIN pricebooks p ON p.id = g.pricebook_id
+    )"""
+
+
+def _sums(meters: dict[str, _Meter]) -> str:
+    """One group per (Subscription, hour) with every meter's sums side by side, then one row
+    per priced meter (the exact-fraction arrays only for a per-row meter's trimmed spans)."""
+    cols, rows = [], []
+    for name, m in meters.items():
+        s = m.signal
+        on = f"{s}_price IS NOT NULL"
+        cols.append(
+            f"bool_or({on}) AS {s}_on, coalesce(sum({s}_x) FILTER (WHERE {on}), 0) AS {s}_r,"
+            f" coalesce(sum({s}_x * {s}_price), 0) AS {s}_ra"
+        )
+        arrays = "NULL::numeric[], NULL::numeric[], NULL::numeric[]"
+        if m.per_row:
+            trim = f"FILTER (WHERE {on} AND {s}_y IS NOT NULL)"
+            cols.append(
+                f"array_agg({s}_y) {trim} AS {s}_ys, array_agg({s}_y * {s}_price) {trim}"
+                f" AS {s}_yas, array_agg(len) {trim} AS {s}_lens"
+            )
+            arrays = f"t.{s}_ys, t.{s}_yas, t.{s}_lens"
+        rows.append(f"('{name}', %({m.den})s::numeric, t.{s}_on, t.{s}_r, t.{s}_ra, {arrays})")
+    return f"""sums AS (
+        SELECT uid, hour, {", ".join(cols)} FROM priced GROUP BY uid, hour
+    ), unpivoted AS (
+        SELECT t.uid, t.hour, v.* FROM sums t CROSS JOIN LATERAL (
+            VALUES {", ".join(rows)}) v (meter, den, priced, r, ra, ys, yas, lens)
+        WHERE v.priced
+    )"""
+
+
+_EXACT = """
+    fractions AS (
         SELECT s.*,
-               CASE s.meter WHEN 'cpuHour' THEN %(per_hour)s WHEN 'gpuHour' THEN %(per_hour)s
-                            WHEN 'ramGbHour' THEN %(per_hour_gib)s ELSE %(gib)s
-               END::numeric AS den,
                CASE WHEN s.ys IS NULL THEN 1 ELSE (finops_fraction_sum(s.ys, s.lens)).d END AS d,
                CASE WHEN s.ys IS NULL THEN 0 ELSE (finops_fraction_sum(s.ys, s.lens)).n END AS fq,
                CASE WHEN s.ys IS NULL THEN 0 ELSE (finops_fraction_sum(s.yas, s.lens)).n END AS fa
-        FROM sums s
+        FROM unpivoted s
     ), exact AS MATERIALIZED (
         SELECT f.uid, f.hour, f.meter, f.den, f.d, f.r * f.d + f.fq AS q, f.ra * f.d + f.fa AS a
         FROM fractions f
@@ -311,7 +346,7 @@ _SUMS = """
 # Quantity q / (den·d), amount a / (den·d·1000): each rounded once, half to even.
 _USAGE = f"""
     INSERT INTO charge_stage ({_STAGE_COLUMNS})
-    WITH {_MATCHED}, {{grouped}}, {_COVERED}, {_PRICED}, {_SUMS}
+    WITH {_MATCHED}, {{grouped}}, {_COVERED}, {{margins}}, {{priced}}, {{sums}}, {_EXACT}
     SELECT %(cluster)s, e.uid, e.hour, e.meter,
            finops_half_even(e.q * %(places)s, e.den * e.d) * 0.000000000001,
            CASE WHEN e.q = 0 THEN 0 ELSE finops_half_even(e.a, 1000 * e.q) END,
@@ -326,13 +361,20 @@ _USAGE = f"""
 
 
 def _usage_statement(tables: charge_plan.Tables) -> str:
-    """The usage INSERT, summing only the signals some priced meter of the run reads."""
-    wanted = {_SIGNAL_OF[meter] for _, meter, _, _ in tables.meters}
+    """The usage INSERT over only the meters the run prices (and the signals they read)."""
+    names = {meter for _, meter, _, _ in tables.meters}
+    meters = {name: m for name, m in _METERS.items() if name in names}
+    wanted = {m.signal for m in meters.values()}
     signals = ",\n".join(
         f"sum({expr}) AS {name}" if name in wanted else f"NULL::numeric AS {name}"
         for name, expr in _SIGNALS.items()
     )
-    return _USAGE.format(grouped=_GROUPED.format(signals=signals))
+    return _USAGE.format(
+        grouped=_GROUPED.format(signals=signals),
+        margins=_margins(meters),
+        priced=_priced(meters),
+        sums=_sums(meters),
+    )
 
 
 _DELETE_STALE = """
