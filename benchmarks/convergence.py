@@ -1,22 +1,32 @@
-"""2,000 Subscriptions in 200 families, created at once, until every one is Ready.
+"""5,000 Subscriptions in 500 families, created at once, until every one is Ready.
 
 Why next to a raw create: how long convergence takes depends on the machine and on the API
 server far more than on our code, so the same Subscriptions are first created with no
 controller running (the API server's raw create time, the floor for "everything exists"),
 then deleted, then created again with the controller up; the second clock stops when the
-last one reports `Ready=True`. Both use the same concurrent client, in the same run.
+last one reports `Ready=True` (seen on one watch, so waiting costs the API server next to
+nothing). Both use the same concurrent client, in the same run, on a fresh control plane.
 
 Each family is the docs' tree (bundle; vm, disk, monitor below it; alert below monitor;
 spare below alert) plus four add-ons under the bundle: disk, monitor and alert need vm's
 coverage, so a family converges in dependency order whatever order the creates land in.
 
-    .venv/bin/python -m benchmarks.convergence [--families 200 --workers 2 --concurrency 32]
+Profile printed with each size: the API server's own request counters (`apiserver_request_total`
+by verb, resource and code, less the benchmark's own creates) during the converge phase, and
+the controller's reconciles per Subscription (its `controller_runtime_reconcile_total`).
+Growth: sizes ×1, ×2, ×4 of `--families / 4`, each on its own control plane.
+
+    .venv/bin/python -m benchmarks.convergence                 # 125/250/500 families
+    .venv/bin/python -m benchmarks.convergence --families 40 --scales 1   # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import dataclasses
+import json
 import os
 import pathlib
 import random
@@ -27,12 +37,14 @@ import time
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from finops.devenv import controlplane
 
 CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 GROUP = "/apis/finops.stakater.com/v1alpha1"
 API_VERSION = "finops.stakater.com/v1alpha1"
+TARGET_RATIO = 2.0
 FEE = {"period": "1h", "tickAlignment": "ActivatedAt", "priceMicros": 30000000}
 OFFERINGS = {
     "platform-core": [],
@@ -54,6 +66,8 @@ FAMILY = [  # (suffix, offering, parent suffix)
     ("addon-3", "addon", "bundle"),
     ("addon-4", "addon", "bundle"),
 ]
+Counts = dict[tuple[str, str, str], float]
+"""(verb, resource[/subresource], code) -> requests."""
 
 
 def ref(name: str, ns: str) -> dict[str, str]:
@@ -86,17 +100,21 @@ def subscriptions(ns: str, families: int) -> list[dict[str, Any]]:
     return bodies
 
 
+def _client(cp: controlplane.ControlPlane, concurrency: int) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=cp.server,
+        verify=cp.ssl_context(),
+        timeout=120,
+        limits=httpx.Limits(max_connections=concurrency),
+    )
+
+
 async def create_all(
     cp: controlplane.ControlPlane, path: str, bodies: list[dict[str, Any]], concurrency: int
 ) -> float:
     """POST every body with `concurrency` requests in flight; seconds taken."""
     gate = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(
-        base_url=cp.server,
-        verify=cp.ssl_context(),
-        timeout=60,
-        limits=httpx.Limits(max_connections=concurrency),
-    ) as client:
+    async with _client(cp, concurrency) as client:
 
         async def one(body: dict[str, Any]) -> None:
             async with gate:
@@ -108,10 +126,98 @@ async def create_all(
         return time.monotonic() - started
 
 
-def ready_count(cp: controlplane.ControlPlane, ns: str) -> int:
+async def _watch_ready(client: httpx.AsyncClient, path: str, n: int, deadline: float) -> None:
+    """Return once `n` Subscriptions under `path` report Ready=True (list, then watch)."""
+    ready: set[str] = set()
+    while time.monotonic() < deadline:
+        listing = (await client.get(path)).json()
+        ready = {
+            s["metadata"]["name"]
+            for s in listing["items"]
+            if (s.get("status") or {}).get("ready") == "True"
+        }
+        if len(ready) >= n:
+            return
+        version = listing["metadata"]["resourceVersion"]
+        left = max(1, int(deadline - time.monotonic()))
+        query = f"?watch=1&resourceVersion={version}&timeoutSeconds={left}"
+        async with client.stream("GET", path + query, timeout=None) as stream:
+            async for line in stream.aiter_lines():
+                if not line:
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    break  # expired: list again
+                name = (obj.get("metadata") or {}).get("name")
+                if (
+                    event.get("type") != "DELETED"
+                    and (obj.get("status") or {}).get("ready") == "True"
+                ):
+                    ready.add(name)
+                else:
+                    ready.discard(name)
+                if len(ready) >= n:
+                    return
+    raise RuntimeError(f"only {len(ready)}/{n} Ready before the timeout")
+
+
+async def converge(
+    cp: controlplane.ControlPlane, path: str, bodies: list[dict[str, Any]], args: Any
+) -> tuple[float, float]:
+    """Create everything with a watch waiting for Ready; (create seconds, converge seconds)."""
+    async with _client(cp, 4) as watcher:
+        started = time.monotonic()
+        waiting = asyncio.create_task(
+            _watch_ready(watcher, path, len(bodies), started + args.timeout)
+        )
+        created = await create_all(cp, path, bodies, args.concurrency)
+        await waiting
+        return created, time.monotonic() - started
+
+
+def apiserver_requests(cp: controlplane.ControlPlane) -> Counts:
+    """The API server's request counters for Subscriptions, Offerings and Events."""
     with cp.http(timeout=60) as client:
-        items = client.get(f"{GROUP}/namespaces/{ns}/subscriptions").json()["items"]
-    return sum(1 for s in items if (s.get("status") or {}).get("ready") == "True")
+        text = client.get("/metrics").text
+    counts: Counts = collections.defaultdict(float)
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if not sample.name.endswith("_total"):
+                continue
+            resource = labels.get("resource", "")
+            if resource not in ("subscriptions", "offerings", "events"):
+                continue
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            counts[(labels.get("verb", ""), resource, labels.get("code", ""))] += sample.value
+    return counts
+
+
+def controller_reconciles(port: int) -> dict[str, float]:
+    """`controller_runtime_reconcile_total` of the subscription controller, by result."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "controller_runtime_reconcile":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total") and sample.labels["controller"] == "subscription":
+                found[sample.labels["result"]] = sample.value
+    return found
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User+system CPU seconds each process has used so far (this one's as `benchmark`)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {"benchmark": sum(os.times()[:2])}
+    for name, pid in pids.items():
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        found[name] = (int(fields[11]) + int(fields[12])) / tick
+    return found
 
 
 def wait_offerings_ready(cp: controlplane.ControlPlane, ns: str, timeout: float = 60) -> None:
@@ -128,11 +234,12 @@ def wait_offerings_ready(cp: controlplane.ControlPlane, ns: str, timeout: float 
 
 
 def start_controller(
-    cp: controlplane.ControlPlane, ns: str, workers: int
+    cp: controlplane.ControlPlane, ns: str, workers: int, metrics_port: int, profile: str = ""
 ) -> subprocess.Popen[bytes]:
     probe = controlplane.free_port()
     env = {
         "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
         "KUBECONFIG": str(cp.kubeconfig),
         "POD_NAMESPACE": ns,
         "POSTGRES_CONNECTION_STRING": "postgresql://unused@db.invalid/finops",
@@ -141,18 +248,21 @@ def start_controller(
         "OPENCOST_DEPLOYMENT_NAMESPACE": ns,
         "ENABLE_WEBHOOKS": "false",
         "FINOPS_RESYNC_SECONDS": "600",
-        "FINOPS_WORKERS": str(workers),
     }
+    if workers:
+        env["FINOPS_WORKERS"] = str(workers)
     log_fd, log_name = tempfile.mkstemp(prefix="convergence-controller-", suffix=".log")
     proc = subprocess.Popen(
         [
             sys.executable,
+            *(["-m", "cProfile", "-o", profile] if profile else []),
             "-m",
             "finops.operator",
             "--mode=controller",
             "--skipDBConnection",
             f"--health-probe-bind-address=127.0.0.1:{probe}",
-            "--metrics-bind-address=0",
+            f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+            "--metrics-secure=false",
         ],
         env=env,
         stdout=log_fd,
@@ -169,26 +279,38 @@ def start_controller(
     raise RuntimeError(f"controller did not start; log in {log_name}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--families", type=int, default=200)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--timeout", type=float, default=900.0)
-    args = p.parse_args(argv)
+@dataclasses.dataclass
+class Size:
+    families: int
+    subscriptions: int
+    raw: float
+    created: float
+    converged: float
+    requests: Counts
+    reconciles: dict[str, float]
+    cpu: dict[str, float]
+
+    @property
+    def ratio(self) -> float:
+        return self.converged / self.raw
+
+
+def measure(families: int, args: Any) -> Size:
+    """One size on a fresh control plane: raw create, delete, create with the controller."""
     with controlplane.running(CRDS) as cp:
         ns = "convergence"
         cp.create_namespace(ns)
         subs_path = f"{GROUP}/namespaces/{ns}/subscriptions"
-        bodies = subscriptions(ns, args.families)
+        bodies = subscriptions(ns, families)
 
         # 1. The floor: the API server creating the very same objects, nobody reconciling.
         raw = asyncio.run(create_all(cp, subs_path, bodies, args.concurrency))
-        with cp.http(timeout=120) as client:
+        with cp.http(timeout=300) as client:
             client.delete(subs_path).raise_for_status()  # no finalizers yet: gone at once
 
         # 2. The controller up, its Offerings ready, then everything at once.
-        proc = start_controller(cp, ns, args.workers)
+        metrics_port = controlplane.free_port()
+        proc = start_controller(cp, ns, args.workers, metrics_port, args.profile)
         try:
             with cp.http() as client:
                 for name, requires in OFFERINGS.items():
@@ -196,26 +318,74 @@ def main(argv: list[str] | None = None) -> int:
                         f"{GROUP}/namespaces/{ns}/offerings", json=offering(name, ns, requires)
                     ).raise_for_status()
             wait_offerings_ready(cp, ns)
-            started = time.monotonic()
-            created = asyncio.run(create_all(cp, subs_path, bodies, args.concurrency))
-            deadline = started + args.timeout
-            ready = 0
-            while ready < len(bodies):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"only {ready}/{len(bodies)} Ready after {args.timeout}s")
-                time.sleep(0.5)
-                ready = ready_count(cp, ns)
-            converged = time.monotonic() - started
+            pids = {name: p.pid for name, p in cp._procs}
+            pids["controller"] = proc.pid
+            before = apiserver_requests(cp)
+            rec_before = controller_reconciles(metrics_port)
+            cpu_before = cpu_seconds(pids)
+            created, converged = asyncio.run(converge(cp, subs_path, bodies, args))
+            cpu_after = cpu_seconds(pids)
+            after = apiserver_requests(cp)
+            rec_after = controller_reconciles(metrics_port)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+    requests = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+    mine = ("POST", "subscriptions", "201")  # the benchmark's own creates
+    requests[mine] = requests.get(mine, 0.0) - len(bodies)
+    reconciles = {k: v - rec_before.get(k, 0.0) for k, v in rec_after.items()}
+    cpu = {k: v - cpu_before[k] for k, v in cpu_after.items()}
+    return Size(families, len(bodies), raw, created, converged, requests, reconciles, cpu)
 
-    n = len(bodies)
-    print(f"subscriptions: {n} in {args.families} families; controller workers: {args.workers}")
-    print(f"raw API create (no controller):   {raw:8.2f} s  ({n / raw:7.0f} creates/s)")
-    print(f"create with controller running:   {created:8.2f} s")
-    print(f"create -> all Ready (controller): {converged:8.2f} s  ({n / converged:7.0f} /s)")
-    print(f"ratio converged/raw create:       {converged / raw:8.2f}")
+
+def report(size: Size, label: str) -> None:
+    n = size.subscriptions
+    print(f"{label}: {n:,} Subscriptions in {size.families} families")
+    print(f"  raw API create (no controller):   {size.raw:8.2f} s  ({n / size.raw:6.0f} /s)")
+    print(f"  create with controller running:   {size.created:8.2f} s")
+    rate = n / size.converged
+    print(f"  create -> all Ready (controller): {size.converged:8.2f} s  ({rate:6.0f} /s)")
+    print(
+        f"  per Subscription: {size.converged / n * 1000:.2f} ms to Ready,"
+        f" {size.raw / n * 1000:.2f} ms raw create; ratio {size.ratio:.2f}"
+    )
+    total = sum(size.reconciles.values())
+    detail = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(size.reconciles.items()) if v)
+    print(f"  reconciles: {total:,.0f} ({total / n:.2f} per Subscription; {detail})")
+    cpu = ", ".join(f"{k} {v:.1f} s" for k, v in size.cpu.items())
+    print(f"  CPU while converging: {cpu}")
+    print("  controller requests during convergence (API server counters, own creates excluded):")
+    for (verb, resource, code), value in sorted(size.requests.items()):
+        if value > 0:
+            print(f"    {verb:6} {resource:28} {code}  {value:8,.0f}  ({value / n:.2f} per Sub)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--families", type=int, default=500, help="families at the largest size")
+    p.add_argument("--scales", default="1,2,4", help="multiples of families/4 to run")
+    p.add_argument("--workers", type=int, default=0, help="FINOPS_WORKERS (0: its default)")
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--profile", default="", help="write the controller's cProfile here")
+    args = p.parse_args(argv)
+    scales = [int(s) for s in args.scales.split(",")]
+    sizes: list[Size] = []
+    for scale in scales:
+        families = max(1, args.families * scale // max(scales))
+        size = measure(families, args)
+        report(size, f"×{scale}")
+        sys.stdout.flush()
+        sizes.append(size)
+    last = sizes[-1]
+    print(f"\nat {last.subscriptions:,} Subscriptions ({last.families} families):")
+    print(f"  ratio converged/raw create:       {last.ratio:8.2f}")
+    if len(sizes) > 1:
+        first = sizes[0]
+        growth = (last.converged / last.subscriptions) / (first.converged / first.subscriptions)
+        print(f"  growth: time per Subscription ×{scales[-1]} / ×{scales[0]}: {growth:8.2f}")
+    met = "met" if last.ratio <= TARGET_RATIO else "not met"
+    print(f"  target converged <= {TARGET_RATIO:.0f}× raw create:   {met}")
     return 0
 
 

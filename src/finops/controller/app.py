@@ -113,7 +113,12 @@ class Manager:
         }
         # Offerings and Subscriptions: their sources, caches, fan-out and reconcilers.
         self.hierarchy = hierarchy_watch.Wiring(
-            client, settings, self.enqueue, self.pricebooks.store, ledger_dsn=ledger_dsn
+            client,
+            settings,
+            self.enqueue,
+            self.pricebooks.store,
+            ledger_dsn=ledger_dsn,
+            pending=self.queue.pending,
         )
         self.sources.extend(self.hierarchy.sources)
         self.reconcilers.update(self.hierarchy.reconcilers)

@@ -3,7 +3,8 @@
 Every watch event updates the indexes first, then decides whom to wake:
 - a Subscription created, deleted, or flipping activation re-queues its whole family (the
   `status.compatibilityRoot` index) and every child naming it as parent (children waiting on
-  their parent carry no root yet); its readiness flipping wakes its children too; routine
+  their parent carry no root yet); its readiness flipping wakes its children too; its root
+  being stamped wakes itself (a member may have activated before it was indexed); routine
   status writes (cost buckets, conditions) wake nobody;
 - an Offering appearing, disappearing or flipping readiness wakes the Subscriptions bound to
   it and the Offerings requiring it; while a dependent goes away, an Offering being deleted
@@ -22,7 +23,14 @@ import lightkube
 from lightkube.resources import core_v1
 
 from finops.controller import caches as caches_
-from finops.controller import config, ledger_mirror, offering, subscription, watched
+from finops.controller import (
+    config,
+    ledger_mirror,
+    offering,
+    subscription,
+    watched,
+    written,
+)
 from finops.hierarchy import family, offerings, refs, subscriptions
 from finops.kube import resources, watch
 
@@ -73,6 +81,17 @@ def labels_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None)
     return new is not None and (old is None or _meta(old).get("labels") != _meta(new).get("labels"))
 
 
+def joined_family(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """The Subscription's `status.compatibilityRoot` was just stamped (or changed).
+
+    Its reconcile read the family through the index before the stamp reached the cache, so a
+    member activating in between woke the family without it: it must look once more.
+    """
+    if old is None or new is None:
+        return False
+    return family.root_of(old) != family.root_of(new)
+
+
 def subscription_wakes(
     caches: caches_.Caches, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
 ) -> set[Key]:
@@ -82,7 +101,7 @@ def subscription_wakes(
         return set()
     me = refs.key_of(either)
     wake: set[Key] = set()
-    if beyond_status(old, new):
+    if beyond_status(old, new) or joined_family(old, new):
         wake.add((subscription.KIND, *me))
     change = subscriptions.fanout(old, new)
     if change is not None:
@@ -142,8 +161,10 @@ class Wiring:
         books: Mapping[Any, dict[str, Any]],
         *,
         ledger_dsn: str | None = None,
+        pending: Callable[[Key], bool] = lambda _key: False,
     ) -> None:
         self.enqueue = enqueue
+        self.fresh = written.Written(project=watched.hierarchy_object)
         self.offering_source = watch.Source(
             client, resources.Offering, self._on_offering, project=watched.hierarchy_object
         )
@@ -174,6 +195,8 @@ class Wiring:
                 self.caches,
                 target_recheck_seconds=min(settings.resync_seconds, TARGET_RECHECK_CAP),
                 mirror=self.mirror,
+                fresh=self.fresh,
+                pending=pending,
             ),
         }
 
@@ -185,6 +208,7 @@ class Wiring:
         self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
     ) -> None:
         self.caches.subscription_changed(old, new)
+        self.fresh.seen(old, new)
         self._wake(subscription_wakes(self.caches, old, new))
 
     def _on_offering(

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightkube
 from lightkube.resources import core_v1
 
 from finops.controller import caches as caches_
-from finops.controller import ledger_mirror
+from finops.controller import ledger_mirror, written
 from finops.hierarchy import family, refs, subscriptions
 from finops.kube import client as kube_client
 from finops.kube import events, finalizers, resources, status, targets
@@ -37,6 +37,10 @@ CONTROLLER = "subscription"  # the documented metrics label (no suffix)
 KIND = "Subscription"
 CONFLICT_RETRY = 0.2
 """Seconds before retrying a write that lost a resourceVersion race (the cache was stale)."""
+BEHIND_PARENT = 0.001
+"""Requeue delay of a Subscription put back behind its queued parent (lands at the tail)."""
+MAX_BEHIND_PARENT = 3
+"""How often in a row one Subscription waits behind its parent before deciding anyway."""
 
 
 def watches_target(sub: Mapping[str, Any]) -> bool:
@@ -69,10 +73,15 @@ class Reconciler:
         *,
         target_recheck_seconds: float,
         mirror: ledger_mirror.Mirror | None = None,
+        fresh: written.Written | None = None,
+        pending: Callable[[tuple[str, str, str]], bool] = lambda _key: False,
     ) -> None:
         self.client = client
         self.caches = caches
         self.mirror = mirror
+        self.fresh = fresh if fresh is not None else written.Written()
+        self.pending = pending
+        self.waited: dict[tuple[str, str, str], int] = {}
         self.target_recheck_seconds = target_recheck_seconds
         self.targets = targets.TargetReader(client)
         self.read_backoff = ledger_mirror.Backoff(base=0.5)
@@ -80,11 +89,14 @@ class Reconciler:
 
     async def reconcile(self, key: tuple[str, str, str]) -> float | None:
         _, namespace, name = key
-        sub = self.caches.subscription(refs.Key(namespace, name))
+        sub = self.lookup(refs.Key(namespace, name))
         if sub is None:
             self.read_backoff.succeeded(key)
             self.mirror_backoff.succeeded(key)
+            self.waited.pop(key, None)
             return None
+        if self._behind_parent(key, sub):
+            return BEHIND_PARENT
         try:
             sub, delay = await self._sync(key, sub)
         except lightkube.ApiError as exc:
@@ -96,6 +108,36 @@ class Reconciler:
             raise
         return soonest(delay, await self._mirror(key, sub))
 
+    def lookup(self, key: refs.Key) -> dict[str, Any] | None:
+        """A Subscription from the watch cache, or as we just wrote it if that is newer."""
+        return self.fresh.latest(self.caches.subscription(key))
+
+    def members(self, root: str) -> list[dict[str, Any]]:
+        """The family index, each member as fresh as `lookup` has it."""
+        return [self.fresh.latest(m) or m for m in self.caches.members(root)]
+
+    def _behind_parent(self, key: tuple[str, str, str], sub: Mapping[str, Any]) -> bool:
+        """Reconcile in dependency order: a Subscription not activated yet whose parent is not
+        Ready but is itself waiting in the queue goes back behind it (a few times at most), so
+        it is decided once against the parent's outcome instead of writing a ParentNotReady
+        hold first. Putting it back, rather than waiting for a wake-up, keeps it live whatever
+        the parent's reconcile decides."""
+        up = family.parent_key(sub)
+        parent = self.lookup(up) if up is not None else None
+        if (
+            up is None
+            or parent is None
+            or refs.is_ready(parent)
+            or family.is_activated(sub)
+            or refs.is_deleting(sub)
+            or not self.pending((KIND, up.namespace, up.name))
+            or self.waited.get(key, 0) >= MAX_BEHIND_PARENT
+        ):
+            self.waited.pop(key, None)
+            return False
+        self.waited[key] = self.waited.get(key, 0) + 1
+        return True
+
     async def _sync(
         self, key: tuple[str, str, str], sub: dict[str, Any]
     ) -> tuple[dict[str, Any], float | None]:
@@ -103,18 +145,22 @@ class Reconciler:
             added = await finalizers.add(
                 self.client, resources.Subscription, sub, subscriptions.FINALIZER
             )
+            if added:
+                self.fresh.record(sub, added)
             sub = added or sub
         offering_key = family.offering_key(sub)
         decided = subscriptions.plan(
             sub,
             offering=self.caches.offering(offering_key) if offering_key else None,
-            lookup=self.caches.subscription,
-            members=self.caches.members,
+            lookup=self.lookup,
+            members=self.members,
             target=await self._target(sub),
             now=dt.datetime.now(dt.UTC),
         )
         if decided.changed:
+            before = sub
             sub = await status.write(self.client, resources.Subscription, sub, decided.status)
+            self.fresh.record(before, sub)
         for event in decided.events:
             await events.record(self.client, sub, event.type, event.reason, event.message)
         if decided.activated or decided.deactivated:

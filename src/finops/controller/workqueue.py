@@ -52,6 +52,10 @@ class WorkQueue(Generic[K]):
         self._queue.append(key)
         asyncio.get_running_loop().create_task(self._notify())
 
+    def pending(self, key: K) -> bool:
+        """Whether `key` is waiting or being processed (it will be reconciled soon)."""
+        return key in self._queued or key in self._processing
+
     async def _notify(self) -> None:
         async with self._cond:
             self._cond.notify()

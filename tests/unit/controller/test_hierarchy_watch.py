@@ -101,6 +101,23 @@ class TestSubscriptionEvents:
         change(c, subs, held, ok)
         assert hierarchy_watch.subscription_wakes(c, held, ok) == sub_keys("kid")
 
+    def test_a_stamped_root_wakes_the_subscription_itself(self) -> None:
+        """The lost wake-up the convergence benchmark found: `disk` planned a coverage hold
+        and stamped its root; `vm` activated before that stamp reached the cache, so the
+        family fan-out missed `disk`. The stamp arriving must make it look again."""
+        root = b.subscription("root", "core", status=b.active_status("R"))
+        vm = b.subscription("vm", "vm", parent="root", status=b.active_status("R"))
+        disk = b.subscription("disk", "disk", parent="root")
+        c, _, subs = cluster(root, vm, disk)
+        stamped = copy.deepcopy(disk)
+        stamped["status"] = {"compatibilityRoot": "R", "ready": "False"}
+        change(c, subs, disk, stamped)
+        assert hierarchy_watch.subscription_wakes(c, disk, stamped) == sub_keys("disk")
+        again = copy.deepcopy(stamped)
+        again["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        change(c, subs, stamped, again)
+        assert hierarchy_watch.subscription_wakes(c, stamped, again) == set()
+
     def test_a_dependent_going_away_wakes_the_offering_being_deleted(self) -> None:
         vm = b.offering("vm", ready="True")
         vm["metadata"]["deletionTimestamp"] = "2026-08-12T09:00:00Z"
