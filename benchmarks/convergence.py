@@ -289,6 +289,7 @@ class Size:
     requests: Counts
     reconciles: dict[str, float]
     cpu: dict[str, float]
+    raw_cpu: dict[str, float]
 
     @property
     def ratio(self) -> float:
@@ -304,7 +305,10 @@ def measure(families: int, args: Any) -> Size:
         bodies = subscriptions(ns, families)
 
         # 1. The floor: the API server creating the very same objects, nobody reconciling.
+        planes = {name: p.pid for name, p in cp._procs}
+        raw_before = cpu_seconds(planes)
         raw = asyncio.run(create_all(cp, subs_path, bodies, args.concurrency))
+        raw_cpu = {k: v - raw_before[k] for k, v in cpu_seconds(planes).items()}
         with cp.http(timeout=300) as client:
             client.delete(subs_path).raise_for_status()  # no finalizers yet: gone at once
 
@@ -335,7 +339,7 @@ def measure(families: int, args: Any) -> Size:
     requests[mine] = requests.get(mine, 0.0) - len(bodies)
     reconciles = {k: v - rec_before.get(k, 0.0) for k, v in rec_after.items()}
     cpu = {k: v - cpu_before[k] for k, v in cpu_after.items()}
-    return Size(families, len(bodies), raw, created, converged, requests, reconciles, cpu)
+    return Size(families, len(bodies), raw, created, converged, requests, reconciles, cpu, raw_cpu)
 
 
 def report(size: Size, label: str) -> None:
@@ -352,8 +356,13 @@ def report(size: Size, label: str) -> None:
     total = sum(size.reconciles.values())
     detail = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(size.reconciles.items()) if v)
     print(f"  reconciles: {total:,.0f} ({total / n:.2f} per Subscription; {detail})")
+    raw_cpu = ", ".join(f"{k} {v:.1f} s" for k, v in size.raw_cpu.items())
     cpu = ", ".join(f"{k} {v:.1f} s" for k, v in size.cpu.items())
-    print(f"  CPU while converging: {cpu}")
+    print(f"  CPU during raw create: {raw_cpu}")
+    print(f"  CPU while converging:  {cpu}")
+    api = ("kube-apiserver", "etcd")
+    server = sum(size.cpu[k] for k in api) / sum(size.raw_cpu[k] for k in api)
+    print(f"  API server + etcd CPU, converging / raw create: {server:.2f}")
     print("  controller requests during convergence (API server counters, own creates excluded):")
     for (verb, resource, code), value in sorted(size.requests.items()):
         if value > 0:

@@ -25,6 +25,7 @@ from typing import Any
 import lightkube
 from lightkube.resources import core_v1
 
+from finops.api.reasons import Reason
 from finops.controller import caches as caches_
 from finops.controller import ledger_mirror, written
 from finops.hierarchy import family, refs, subscriptions
@@ -37,10 +38,10 @@ CONTROLLER = "subscription"  # the documented metrics label (no suffix)
 KIND = "Subscription"
 CONFLICT_RETRY = 0.2
 """Seconds before retrying a write that lost a resourceVersion race (the cache was stale)."""
-BEHIND_PARENT = 0.001
-"""Requeue delay of a Subscription put back behind its queued parent (lands at the tail)."""
-MAX_BEHIND_PARENT = 3
-"""How often in a row one Subscription waits behind its parent before deciding anyway."""
+BEHIND = 0.001
+"""Requeue delay of a Subscription put back behind a queued blocker (lands at the tail)."""
+MAX_BEHIND = 3
+"""How often in a row one Subscription goes back behind its blockers before writing."""
 
 
 def watches_target(sub: Mapping[str, Any]) -> bool:
@@ -95,8 +96,6 @@ class Reconciler:
             self.mirror_backoff.succeeded(key)
             self.waited.pop(key, None)
             return None
-        if self._behind_parent(key, sub):
-            return BEHIND_PARENT
         try:
             sub, delay = await self._sync(key, sub)
         except lightkube.ApiError as exc:
@@ -116,22 +115,36 @@ class Reconciler:
         """The family index, each member as fresh as `lookup` has it."""
         return [self.fresh.latest(m) or m for m in self.caches.members(root)]
 
-    def _behind_parent(self, key: tuple[str, str, str], sub: Mapping[str, Any]) -> bool:
-        """Reconcile in dependency order: a Subscription not activated yet whose parent is not
-        Ready but is itself waiting in the queue goes back behind it (a few times at most), so
-        it is decided once against the parent's outcome instead of writing a ParentNotReady
-        hold first. Putting it back, rather than waiting for a wake-up, keeps it live whatever
-        the parent's reconcile decides."""
-        up = family.parent_key(sub)
-        parent = self.lookup(up) if up is not None else None
+    def _blockers(
+        self, sub: Mapping[str, Any], decided: subscriptions.SubscriptionPlan
+    ) -> list[tuple[str, str, str]]:
+        """The Subscriptions a hold waits on: the parent that is not Ready, or the family
+        members that could cover a missing requirement but are not active (yet)."""
+        if decided.reason is Reason.PARENT_SUBSCRIPTION_NOT_READY:
+            up = family.parent_key(sub)
+            return [] if up is None else [(KIND, *up)]
+        root = decided.status.get("compatibilityRoot")
+        if decided.reason is not Reason.COMPATIBILITY_REQUIREMENT_NOT_MET or not root:
+            return []
+        candidates = family.coverage_candidates(sub, self.members(str(root)))
+        return [(KIND, *refs.key_of(m)) for m in candidates if not family.is_active(m)]
+
+    def _wait_behind(
+        self,
+        key: tuple[str, str, str],
+        sub: Mapping[str, Any],
+        decided: subscriptions.SubscriptionPlan,
+    ) -> bool:
+        """Reconcile in dependency order: a Subscription not activated yet, held on a parent
+        or relative that is itself waiting in the queue, goes back behind it (a few times in
+        a row at most) instead of writing a hold the next pass would overwrite. It is put
+        back rather than left to a wake-up, so it stays live whatever the blocker decides."""
         if (
-            up is None
-            or parent is None
-            or refs.is_ready(parent)
+            not decided.changed
             or family.is_activated(sub)
             or refs.is_deleting(sub)
-            or not self.pending((KIND, up.namespace, up.name))
-            or self.waited.get(key, 0) >= MAX_BEHIND_PARENT
+            or self.waited.get(key, 0) >= MAX_BEHIND
+            or not any(self.pending(k) for k in self._blockers(sub, decided))
         ):
             self.waited.pop(key, None)
             return False
@@ -157,6 +170,8 @@ class Reconciler:
             target=await self._target(sub),
             now=dt.datetime.now(dt.UTC),
         )
+        if self._wait_behind(key, sub, decided):
+            return sub, BEHIND
         if decided.changed:
             before = sub
             sub = await status.write(self.client, resources.Subscription, sub, decided.status)

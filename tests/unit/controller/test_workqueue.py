@@ -74,3 +74,17 @@ def test_shutdown_wakes_waiting_workers() -> None:
             await asyncio.wait_for(waiter, timeout=1)
 
     run(scenario())
+
+
+def test_a_key_is_pending_while_waiting_or_processing() -> None:
+    async def scenario() -> None:
+        q: workqueue.WorkQueue[str] = workqueue.WorkQueue()
+        assert not q.pending("a")
+        q.add("a")
+        assert q.pending("a")
+        key = await q.get()
+        assert q.pending("a")
+        q.done(key)
+        assert not q.pending("a")
+
+    run(scenario())
