@@ -7,7 +7,9 @@ with `hierarchy.subscriptions.plan`):
 2. plan: deletion path, self-references, the Offering, parent, compatibility and target
    gates, activation or terminal deactivation;
 3. write the status when it changed and record the plan's Events (activation, orphaning,
-   deactivation with its cause);
+   deactivation with its cause); a new Subscription held on a parent or relative that is
+   itself waiting in the queue goes back behind it instead (dependency order). Reads see
+   our own writes before the watch delivers them (`written`);
 4. requeue: a failed read backs off per key; a Subscription with a `targetRef` is re-checked
    periodically, since target deletion is not watched;
 5. mirror this version, with its namespace's labels, into the ledger (never blocks 1-4).
