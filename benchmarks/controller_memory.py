@@ -35,6 +35,7 @@ import tracemalloc
 from typing import Any
 
 import httpx
+from benchmarks import convergence
 
 from finops.controller import watched
 from finops.devenv import controlplane
@@ -169,19 +170,8 @@ class Controller:
     def __init__(self, cp: controlplane.ControlPlane, ns: str, module: str) -> None:
         self.probe = controlplane.free_port()
         self.metrics = controlplane.free_port()
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-            "KUBECONFIG": str(cp.kubeconfig),
-            "POD_NAMESPACE": ns,
-            "POSTGRES_CONNECTION_STRING": "postgresql://unused@db.invalid/finops",
-            "OPENCOST_CONNECTION_STRING": "http://opencost.invalid:9003/",
-            "OPENCOST_DEPLOYMENT_NAME": "opencost",
-            "OPENCOST_DEPLOYMENT_NAMESPACE": ns,
-            "ENABLE_WEBHOOKS": "false",
-            "FINOPS_RESYNC_SECONDS": "3600",
-            "FINOPS_WORKERS": "4",
-        }
+        env = convergence.controller_env(cp, ns, resync_seconds=3600)
+        env["FINOPS_WORKERS"] = "4"
         self.log_fd, self.log_name = tempfile.mkstemp(prefix="memory-controller-", suffix=".log")
         self.proc = subprocess.Popen(
             [

@@ -233,11 +233,13 @@ def wait_offerings_ready(cp: controlplane.ControlPlane, ns: str, timeout: float 
     raise RuntimeError("offerings did not become ready")
 
 
-def start_controller(
-    cp: controlplane.ControlPlane, ns: str, workers: int, metrics_port: int, profile: str = ""
-) -> subprocess.Popen[bytes]:
-    probe = controlplane.free_port()
-    env = {
+def controller_env(
+    cp: controlplane.ControlPlane, ns: str, *, resync_seconds: int
+) -> dict[str, str]:
+    """The environment a benchmark's controller runs with: the test control plane, no
+    database (`--skipDBConnection`), no webhooks, and a resync long enough not to mask
+    wake-ups."""
+    return {
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
         "KUBECONFIG": str(cp.kubeconfig),
@@ -247,8 +249,15 @@ def start_controller(
         "OPENCOST_DEPLOYMENT_NAME": "opencost",
         "OPENCOST_DEPLOYMENT_NAMESPACE": ns,
         "ENABLE_WEBHOOKS": "false",
-        "FINOPS_RESYNC_SECONDS": "600",
+        "FINOPS_RESYNC_SECONDS": str(resync_seconds),
     }
+
+
+def start_controller(
+    cp: controlplane.ControlPlane, ns: str, workers: int, metrics_port: int, profile: str = ""
+) -> subprocess.Popen[bytes]:
+    probe = controlplane.free_port()
+    env = controller_env(cp, ns, resync_seconds=600)
     if workers:
         env["FINOPS_WORKERS"] = str(workers)
     log_fd, log_name = tempfile.mkstemp(prefix="convergence-controller-", suffix=".log")
