@@ -44,7 +44,6 @@ CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 GROUP = "/apis/finops.stakater.com/v1alpha1"
 API_VERSION = "finops.stakater.com/v1alpha1"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-FEE = {"period": "1h", "tickAlignment": "ActivatedAt", "priceMicros": 30000000}
 OFFERINGS = {  # 10 per namespace
     "platform-core": [],
     "vm-standard": [],
@@ -83,15 +82,18 @@ def applied(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def ref(name: str, ns: str) -> dict[str, str]:
-    return {"name": name, "namespace": ns}
+    return convergence.ref(name, ns)
 
 
 def offering(name: str, ns: str, requires: list[str]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"pricing": {"subscriptionFee": FEE}}
-    if requires:
-        spec["compatibility"] = {"requiredOfferings": [ref(r, ns) for r in requires]}
-    meta = {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/part-of": "catalog"}}
-    return applied({"apiVersion": API_VERSION, "kind": "Offering", "metadata": meta, "spec": spec})
+    """convergence's Offering, as `kubectl apply` would leave it in a labelled catalog."""
+    body = convergence.offering(name, ns, requires)
+    body["metadata"] = {
+        "name": name,
+        "namespace": ns,
+        "labels": {"app.kubernetes.io/part-of": "catalog"},
+    }
+    return applied(body)
 
 
 def subscription(
