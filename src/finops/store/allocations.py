@@ -205,17 +205,26 @@ def _upsert_sql(source: str, finalized: str, order: str) -> bytes:
     A finalized row in the table is left untouched; any other is rewritten only when a value
     differs, so a replay changes nothing (and its row count says so).
     """
-    columns = ", ".join(_ROW_COLUMNS.values())
     compared = [c for c in (*_ROW_COLUMNS.values(), *_STAMP) if c not in _KEY]
     assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in compared)
     mine = ", ".join(f"provider_allocations.{c}" for c in compared)
     theirs = ", ".join(f"EXCLUDED.{c}" for c in compared)
-    return f"""
-        INSERT INTO provider_allocations ({columns}, {", ".join(_STAMP)})
-        SELECT {columns}, %s, %s, {finalized} FROM {source} {order}
+    return (
+        _insert_sql(source, finalized, order)
+        + f"""
         ON CONFLICT ({", ".join(_KEY)}) DO UPDATE SET {assignments}
         WHERE NOT provider_allocations.is_finalized
           AND ({mine}) IS DISTINCT FROM ({theirs})
+        """.encode()
+    )
+
+
+def _insert_sql(source: str, finalized: str, order: str) -> bytes:
+    """Insert every row of `source` stamped with a PriceBook (`%s, %s`) and `finalized`."""
+    columns = ", ".join(_ROW_COLUMNS.values())
+    return f"""
+        INSERT INTO provider_allocations ({columns}, {", ".join(_STAMP)})
+        SELECT {columns}, %s, %s, {finalized} FROM {source} {order}
         """.encode()
 
 
@@ -323,16 +332,9 @@ def _insert_fresh(cur: psycopg.Cursor[Any], params: tuple[int, str]) -> int | No
     looked; the primary key then refuses the insert and the savepoint undoes it, so the
     caller's upsert writes the hour exactly as it would have.
     """
-    columns = ", ".join(_ROW_COLUMNS.values())
     cur.execute(f"SAVEPOINT {_SAVEPOINT}".encode())
     try:
-        cur.execute(
-            f"""
-            INSERT INTO provider_allocations ({columns}, {", ".join(_STAMP)})
-            SELECT {columns}, %s, %s, is_finalized FROM {_STREAM} {_ORDER}
-            """.encode(),
-            params,
-        )
+        cur.execute(_insert_sql(_STREAM, "is_finalized", _ORDER), params)
     except psycopg.errors.UniqueViolation:
         cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}".encode())
         return None
