@@ -6,9 +6,10 @@ Subscriptions (every kind of usage source, both margins, with and without a fee)
 twice: by `charge_plan.rows` over the rows read into Python (`Fraction` arithmetic, one
 rounding per row) and by the SQL path. Every row must agree to the micro.
 
-Half the examples write over the open rows an earlier run left (some with other amounts, some
-the same, some the plan no longer produces): the merge of rows the ledger holds and the plain
-insert of the rest must together leave exactly the oracle's rows.
+Most examples write over the open rows an earlier run left (some with other amounts, some
+the same, some the plan no longer produces), for every Subscription or for only some: the
+merge of rows the ledger holds, the plain insert of the rest and the direct write of the
+Subscriptions the ledger holds nothing for must together leave exactly the oracle's rows.
 """
 
 from __future__ import annotations
@@ -231,12 +232,17 @@ def planned(rows: list[charge_plan.ChargeRow]) -> set[tuple[Any, ...]]:
     }
 
 
-def earlier_run(conn: psycopg.Connection[Any], oracle: list[charge_plan.ChargeRow]) -> None:
-    """Open rows as an earlier run of the same hours left them: every second planned row with
-    one more micro, every third as planned, and a stale meter row wherever one is free."""
+def earlier_run(
+    conn: psycopg.Connection[Any], oracle: list[charge_plan.ChargeRow], uids: set[str] | None
+) -> None:
+    """Open rows as an earlier run of the same hours left them (for the Subscriptions in
+    `uids`, or all): every second planned row with one more micro, every third as planned,
+    and a stale meter row wherever one is free."""
     keys = {(r.subscription_uid, r.hour, r.source) for r in oracle}
     left = []
     for i, r in enumerate(oracle):
+        if uids is not None and r.subscription_uid not in uids:
+            continue
         if i % 2 == 0:
             left.append(dataclasses.replace(r, amount_micros=r.amount_micros + 1, finalized=False))
         elif i % 3 == 0:
@@ -255,9 +261,13 @@ def earlier_run(conn: psycopg.Connection[Any], oracle: list[charge_plan.ChargeRo
     derandomize=False,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(rows=allocation_rows(), subs=subscriptions(), earlier=st.booleans())
+@given(
+    rows=allocation_rows(),
+    subs=subscriptions(),
+    earlier=st.sampled_from(["none", "all", "some"]),
+)
 def test_sql_path_equals_the_exact_oracle(
-    ledger_dsn: str, rows: list[dict[str, Any]], subs: list[dict[str, Any]], earlier: bool
+    ledger_dsn: str, rows: list[dict[str, Any]], subs: list[dict[str, Any]], earlier: str
 ) -> None:
     with unit.connect(ledger_dsn) as conn:
         conn.execute(
@@ -288,8 +298,9 @@ def test_sql_path_equals_the_exact_oracle(
             ),
         )
         oracle = charge_plan.rows(CLUSTER, items, inputs, SCHEDULED)
-        if earlier:
-            earlier_run(conn, oracle)
+        if earlier != "none":
+            some = {b.sub.uid for b in items[::2]} if earlier == "some" else None
+            earlier_run(conn, oracle, some)
         with unit.begin(conn) as work:
             charge_sql.write(
                 conn,
@@ -300,3 +311,41 @@ def test_sql_path_equals_the_exact_oracle(
             )
             work.commit()
         assert stored(conn) == planned(oracle)
+
+
+@seed(20261204)
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    den=st.integers(1, 10**15),
+    quotient=st.integers(0, 10**20),
+    rest=st.one_of(
+        st.sampled_from(["0", "half", "half-1", "half+1", "last"]),
+        st.decimals(0, 1, allow_nan=False, allow_infinity=False, places=9),
+    ),
+)
+def test_half_even_from_the_quotient_is_the_function(
+    ledger_dsn: str, den: int, quotient: int, rest: Any
+) -> None:
+    """The usage statement's rounding (`charge_sql._half_even`, the quotient computed once)
+    equals `finops_half_even` (migration 0003), ties and fractional numerators included."""
+    half = Decimal(den) / 2
+    fixed = {"0": Decimal(0), "half": half, "half-1": half - 1, "half+1": half + 1}
+    if isinstance(rest, Decimal):
+        share = rest * den
+    elif rest == "last":
+        share = Decimal(den) - Decimal("0.000001")
+    else:
+        share = fixed[rest]
+    num = max(Decimal(0), Decimal(quotient) * den + share)
+    expression = charge_sql._half_even("div(n, d)", "n", "d")
+    with unit.connect(ledger_dsn) as conn:
+        row = conn.execute(
+            f"SELECT finops_half_even(n, d), {expression}"
+            " FROM (SELECT %s::numeric AS n, %s::numeric AS d) v",
+            (num, den),
+        ).fetchone()
+    assert row is not None and row[0] == row[1]

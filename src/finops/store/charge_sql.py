@@ -51,7 +51,8 @@ class Written:
 _TEMP = """
     CREATE TEMP TABLE charge_subs (
         uid text, lo timestamptz, hi timestamptz, activated timestamptz,
-        deactivated timestamptz, offering_version_id bigint, subscription_version_id bigint
+        deactivated timestamptz, offering_version_id bigint, subscription_version_id bigint,
+        fresh boolean NOT NULL DEFAULT false
     ) ON COMMIT DROP;
     CREATE TEMP TABLE charge_sources (
         uid text, namespace text, resource_type text, name text) ON COMMIT DROP;
@@ -60,7 +61,8 @@ _TEMP = """
     CREATE TEMP TABLE charge_ns_windows (
         namespace text, lo timestamptz, hi timestamptz) ON COMMIT DROP;
     CREATE TEMP TABLE charge_pairs (
-        uid text, namespace text, lo timestamptz, hi timestamptz, whole boolean) ON COMMIT DROP;
+        uid text, namespace text, lo timestamptz, hi timestamptz, whole boolean, fresh boolean
+    ) ON COMMIT DROP;
     CREATE TEMP TABLE charge_levels (hour timestamptz, aggregation text) ON COMMIT DROP;
     CREATE TEMP TABLE charge_hour_currency (hour timestamptz, currency text) ON COMMIT DROP;
     CREATE TEMP TABLE charge_stage (LIKE subscription_charges) ON COMMIT DROP;
@@ -115,17 +117,37 @@ def _load(conn: psycopg.Connection[Any], cluster: str, tables: charge_plan.Table
         ["text", "timestamptz", "timestamptz"],
         ((ns, lo, hi) for ns, (lo, hi) in tables.usage.per_namespace.items()),
     )
-    _copy(
-        conn,
-        "charge_stage",
-        _STAGE_COLUMNS,
-        _STAGE_TYPES,
-        (
-            (cluster, uid, hour, "subscription", ticks, price, amount, cur, final, ov, sv)
-            for uid, hour, ticks, price, amount, cur, final, ov, sv in tables.fees
-        ),
-    )
     conn.execute("ANALYZE charge_subs; ANALYZE charge_sources; ANALYZE charge_meters")
+
+
+# A Subscription is fresh when the ledger holds none of its rows from the start of its window
+# on (one primary-key range probe each): every row this run writes for it is then new, so it
+# goes straight into the ledger. Asked under `_LOCK`, so no charge run of the cluster can add
+# one of its rows before commit.
+_FRESH = """
+    UPDATE charge_subs w SET fresh = NOT EXISTS (
+        SELECT 1 FROM subscription_charges c
+        WHERE c.cluster = %(cluster)s AND c.subscription_uid = w.uid AND c.hour >= w.lo)
+    RETURNING uid, fresh
+"""
+
+
+def _copy_fees(
+    conn: psycopg.Connection[Any], cluster: str, tables: charge_plan.Tables, touched: set[str]
+) -> int:
+    """The fee rows: those of fresh Subscriptions by binary COPY into the ledger itself, the
+    others into the staging table for the merge. Returns how many went into the ledger."""
+    rows = [
+        (cluster, uid, hour, "subscription", ticks, price, amount, cur, final, ov, sv)
+        for uid, hour, ticks, price, amount, cur, final, ov, sv in tables.fees
+    ]
+    staged = [r for r in rows if r[1] in touched]
+    fresh = [r for r in rows if r[1] not in touched] if touched else rows
+    if staged:
+        _copy(conn, "charge_stage", _STAGE_COLUMNS, _STAGE_TYPES, staged)
+    if fresh:
+        _copy(conn, "subscription_charges", _STAGE_COLUMNS, _STAGE_TYPES, fresh)
+    return len(fresh)
 
 
 # The finest aggregation of each hour of the usage windows (as `charge_inputs._FINEST`).
@@ -178,13 +200,14 @@ _ALLOCATION = """
 _PAIRS = """
     INSERT INTO charge_pairs
     SELECT c.uid, c.namespace, s.lo, s.hi,
-           bool_or(c.name = '' AND c.resource_type IN ('', 'Pod'))
+           bool_or(c.name = '' AND c.resource_type IN ('', 'Pod')), s.fresh
     FROM charge_sources c JOIN charge_subs s USING (uid)
     WHERE c.uid NOT IN (SELECT uid FROM charge_sources WHERE namespace = '')
-    GROUP BY c.uid, c.namespace, s.lo, s.hi
+    GROUP BY c.uid, c.namespace, s.lo, s.hi, s.fresh
 """
 
-# Each (Subscription, allocation row) its sources select, at most once.
+# Each (Subscription, allocation row) its sources select, at most once: of the fresh
+# Subscriptions or of the others (`fresh`), as the statement writes to the ledger or stages.
 _MATCHED = f"""
     matched AS (
         SELECT p.uid, {_ALLOCATION}
@@ -192,7 +215,7 @@ _MATCHED = f"""
         JOIN provider_allocations a ON a.namespace = p.namespace
              AND a.hour >= p.lo AND a.hour < p.hi
         JOIN charge_levels l ON l.hour = a.hour AND l.aggregation = a.aggregation
-        WHERE a.cluster = %(cluster)s AND (p.whole OR EXISTS (
+        WHERE a.cluster = %(cluster)s AND p.fresh = %(fresh)s AND (p.whole OR EXISTS (
             SELECT 1 FROM charge_sources c
             WHERE c.uid = p.uid AND c.namespace = p.namespace AND {_MATCH}))
         UNION ALL
@@ -201,7 +224,8 @@ _MATCHED = f"""
         JOIN provider_allocations a ON a.cluster = %(cluster)s
              AND a.hour >= s.lo AND a.hour < s.hi
         JOIN charge_levels l ON l.hour = a.hour AND l.aggregation = a.aggregation
-        WHERE s.uid IN (SELECT uid FROM charge_sources WHERE namespace = '')
+        WHERE s.fresh = %(fresh)s
+          AND s.uid IN (SELECT uid FROM charge_sources WHERE namespace = '')
           AND EXISTS (SELECT 1 FROM charge_sources c WHERE c.uid = s.uid AND {_MATCH})
     )
 """
@@ -343,25 +367,52 @@ _EXACT = """
     )
 """
 
-# Quantity q / (den·d), amount a / (den·d·1000): each rounded once, half to even.
+# Each rounding's operands and whole quotient, computed once per row: the subqueries are
+# kept (OFFSET 0) so the planner does not pull them up and repeat a division per reference.
+_DIVIDED = """
+    divided AS (
+        SELECT e.*, div(e.nq, e.dq) AS tq, div(e.a, e.da) AS ta,
+               CASE WHEN e.q <> 0 THEN div(e.a, e.du) END AS tu
+        FROM (SELECT e.*, e.q * %(places)s AS nq, e.den * e.d AS dq,
+                     e.den * e.d * 1000 AS da, 1000 * e.q AS du
+              FROM exact e OFFSET 0) e
+        OFFSET 0
+    )
+"""
+
+
+def _half_even(t: str, num: str, den: str) -> str:
+    """`finops_half_even(num, den)` (migration 0003) given its whole quotient `t`: the
+    remainder comes from one multiplication and is compared once, where the function's
+    `CASE` took up to two more divisions (a third of the usage statement's rounding time)."""
+    return (
+        f"({t} + CASE sign(2 * ({num} - {t} * {den}) - {den})"
+        f" WHEN 1 THEN 1 WHEN 0 THEN mod({t}, 2) ELSE 0 END)"
+    )
+
+
+# Quantity q / (den·d), amount a / (den·d·1000), unit price a / (1000·q): each rounded once,
+# half to even.
 _USAGE = f"""
-    INSERT INTO charge_stage ({_STAGE_COLUMNS})
-    WITH {_MATCHED}, {{grouped}}, {_COVERED}, {{margins}}, {{priced}}, {{sums}}, {_EXACT}
+    INSERT INTO {{target}} ({_STAGE_COLUMNS})
+    WITH {_MATCHED}, {{grouped}}, {_COVERED}, {{margins}}, {{priced}}, {{sums}}, {_EXACT},
+         {_DIVIDED}
     SELECT %(cluster)s, e.uid, e.hour, e.meter,
-           finops_half_even(e.q * %(places)s, e.den * e.d) * 0.000000000001,
-           CASE WHEN e.q = 0 THEN 0 ELSE finops_half_even(e.a, 1000 * e.q) END,
-           finops_half_even(e.a, e.den * e.d * 1000),
+           {_half_even("e.tq", "e.nq", "e.dq")} * 0.000000000001,
+           CASE WHEN e.q = 0 THEN 0 ELSE {_half_even("e.tu", "e.a", "e.du")} END,
+           {_half_even("e.ta", "e.a", "e.da")},
            coalesce(hc.currency, %(fee_currency)s),
            e.hour < %(scheduled)s::timestamptz AND (%(boundary)s::timestamptz IS NULL
                                        OR e.hour < %(boundary)s::timestamptz),
            s.offering_version_id, s.subscription_version_id
-    FROM exact e JOIN charge_subs s USING (uid)
+    FROM divided e JOIN charge_subs s USING (uid)
     LEFT JOIN charge_hour_currency hc ON hc.hour = e.hour
 """
 
 
-def _usage_statement(tables: charge_plan.Tables) -> str:
-    """The usage INSERT over only the meters the run prices (and the signals they read)."""
+def _usage_statement(tables: charge_plan.Tables, target: str) -> str:
+    """The usage INSERT into `target` over only the meters the run prices (and the signals
+    they read)."""
     names = {meter for _, meter, _, _ in tables.meters}
     meters = {name: m for name, m in _METERS.items() if name in names}
     wanted = {m.signal for m in meters.values()}
@@ -370,6 +421,7 @@ def _usage_statement(tables: charge_plan.Tables) -> str:
         for name, expr in _SIGNALS.items()
     )
     return _USAGE.format(
+        target=target,
         grouped=_GROUPED.format(signals=signals),
         margins=_margins(meters),
         priced=_priced(meters),
@@ -379,7 +431,7 @@ def _usage_statement(tables: charge_plan.Tables) -> str:
 
 _DELETE_STALE = """
     DELETE FROM subscription_charges c USING charge_subs w
-    WHERE c.cluster = %(cluster)s AND c.subscription_uid = w.uid
+    WHERE NOT w.fresh AND c.cluster = %(cluster)s AND c.subscription_uid = w.uid
       AND c.hour >= w.lo AND c.hour < w.hi AND NOT c.finalized
       AND NOT EXISTS (
           SELECT 1 FROM charge_stage s WHERE s.subscription_uid = c.subscription_uid
@@ -432,8 +484,8 @@ _LOCK = "SELECT pg_advisory_xact_lock(%(lock)s, hashtext(%(cluster)s))"
 
 
 def _merge(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[int, int]:
-    """Delete the stale open rows, then merge the staged ones: (written, deleted)."""
-    conn.execute(_LOCK.encode(), params)
+    """Delete the stale open rows of the Subscriptions that are not fresh, then merge their
+    staged rows: (written, deleted). The caller holds `_LOCK`."""
     deleted = conn.execute(_DELETE_STALE.encode(), params).rowcount
     conn.execute(
         b"CREATE TEMP TABLE charge_existing (subscription_uid text, hour timestamptz,"
@@ -454,7 +506,8 @@ def write(
     scheduled: dt.datetime,
     boundary: dt.datetime | None,
 ) -> Written:
-    """Stage and merge every charge row of the run (in the caller's transaction)."""
+    """Write every charge row of the run (in the caller's transaction): a fresh
+    Subscription's rows straight into the ledger, the others' staged and merged."""
     if not tables.subscriptions:
         return Written(0, 0, 0)
     conn.execute(f"SET LOCAL work_mem = '{WORK_MEM}'".encode())
@@ -475,6 +528,10 @@ def write(
         "gib": GIB,
         "lock": LOCK_CLASS,
     }
+    conn.execute(_LOCK.encode(), params)
+    fresh = conn.execute(_FRESH.encode(), params).fetchall()
+    touched = {str(uid) for uid, is_fresh in fresh if not is_fresh}
+    written = _copy_fees(conn, cluster, tables, touched)
     usage_rows = 0
     if tables.sources and tables.meters:
         conn.execute(_LEVELS.encode(), params)
@@ -484,7 +541,15 @@ def write(
         # The planner takes a nested loop over the pairs for cheap (it estimates a few rows a
         # pair); one hash join of the allocation rows on namespace is what scales.
         conn.execute(b"SET LOCAL enable_nestloop = off")
-        usage_rows = conn.execute(_usage_statement(tables).encode(), params).rowcount
+        for is_fresh, target in ((True, "subscription_charges"), (False, "charge_stage")):
+            if (len(touched) < len(fresh)) if is_fresh else touched:
+                statement = _usage_statement(tables, target).encode()
+                count = conn.execute(statement, {**params, "fresh": is_fresh}).rowcount
+                usage_rows += count
+                written += count if is_fresh else 0
         conn.execute(b"RESET enable_nestloop")
-    written, deleted = _merge(conn, params)
+    deleted = 0
+    if touched:
+        merged, deleted = _merge(conn, params)
+        written += merged
     return Written(written, deleted, usage_rows)
