@@ -261,7 +261,11 @@ def add_subscription_versions(
     ],
 ) -> None:
     """Record many Subscription versions `(metadata, spec, namespace labels, Subscription
-    labels)` in one statement, as `mirror.upsert_subscription_version` would one by one."""
+    labels)` in one statement, as `mirror.upsert_subscription_version` would one by one.
+
+    Ids are drawn in uid order: a first charge run then writes its rows in the same order
+    into the primary key (uid, hour) and 0004's (version, hour) index, so neither index's
+    pages are revisited at random once the ledger outgrows shared buffers."""
     items = list(versions)
     if not items:
         return
@@ -272,6 +276,7 @@ def add_subscription_versions(
              namespace_labels, subscription_labels)
         SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[],
                                  %s::jsonb[], %s::jsonb[], %s::jsonb[])
+        ORDER BY 2, 5
         ON CONFLICT (cluster, uid, generation, labels_digest, subscription_labels_digest)
             DO NOTHING
         """,

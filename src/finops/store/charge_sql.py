@@ -137,10 +137,14 @@ def _copy_fees(
 ) -> int:
     """The fee rows: those of fresh Subscriptions by binary COPY into the ledger itself, the
     others into the staging table for the merge. Returns how many went into the ledger."""
-    rows = [
-        (cluster, uid, hour, "subscription", ticks, price, amount, cur, final, ov, sv)
-        for uid, hour, ticks, price, amount, cur, final, ov, sv in tables.fees
-    ]
+    # In key order, as the usage rows follow: each index is then filled page after page.
+    rows = sorted(
+        (
+            (cluster, uid, hour, "subscription", ticks, price, amount, cur, final, ov, sv)
+            for uid, hour, ticks, price, amount, cur, final, ov, sv in tables.fees
+        ),
+        key=lambda row: (row[1], row[2]),
+    )
     staged = [r for r in rows if r[1] in touched]
     fresh = [r for r in rows if r[1] not in touched] if touched else rows
     if staged:
@@ -361,7 +365,7 @@ _EXACT = """
                CASE WHEN s.ys IS NULL THEN 0 ELSE (finops_fraction_sum(s.ys, s.lens)).n END AS fq,
                CASE WHEN s.ys IS NULL THEN 0 ELSE (finops_fraction_sum(s.yas, s.lens)).n END AS fa
         FROM unpivoted s
-    ), exact AS MATERIALIZED (
+    ), exact AS (
         SELECT f.uid, f.hour, f.meter, f.den, f.d, f.r * f.d + f.fq AS q, f.ra * f.d + f.fa AS a
         FROM fractions f
     )
@@ -537,7 +541,9 @@ def write(
         conn.execute(_LEVELS.encode(), params)
         conn.execute(_CURRENCIES.encode(), params)
         conn.execute(_PAIRS.encode(), params)
-        conn.execute(b"ANALYZE charge_levels; ANALYZE charge_pairs")
+        # The hour currencies too: left unanalysed, the planner hashed the usage rows to join
+        # them to the 25 currency rows instead of the other way round.
+        conn.execute(b"ANALYZE charge_levels; ANALYZE charge_pairs; ANALYZE charge_hour_currency")
         # The planner takes a nested loop over the pairs for cheap (it estimates a few rows a
         # pair); one hash join of the allocation rows on namespace is what scales.
         conn.execute(b"SET LOCAL enable_nestloop = off")
