@@ -66,6 +66,7 @@ _TEMP = """
     CREATE TEMP TABLE charge_levels (hour timestamptz, aggregation text) ON COMMIT DROP;
     CREATE TEMP TABLE charge_hour_currency (hour timestamptz, currency text) ON COMMIT DROP;
     CREATE TEMP TABLE charge_stage (LIKE subscription_charges) ON COMMIT DROP;
+    CREATE TEMP TABLE charge_fresh_fees (LIKE subscription_charges) ON COMMIT DROP;
 """
 
 _SUB_TYPES = ["text", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "int8", "int8"]
@@ -135,22 +136,19 @@ _FRESH = """
 def _copy_fees(
     conn: psycopg.Connection[Any], cluster: str, tables: charge_plan.Tables, touched: set[str]
 ) -> int:
-    """The fee rows: those of fresh Subscriptions by binary COPY into the ledger itself, the
-    others into the staging table for the merge. Returns how many went into the ledger."""
-    # In key order, as the usage rows follow: each index is then filled page after page.
-    rows = sorted(
-        (
-            (cluster, uid, hour, "subscription", ticks, price, amount, cur, final, ov, sv)
-            for uid, hour, ticks, price, amount, cur, final, ov, sv in tables.fees
-        ),
-        key=lambda row: (row[1], row[2]),
-    )
+    """The fee rows by binary COPY: those of fresh Subscriptions to `charge_fresh_fees` (they
+    reach the ledger with the usage rows, in one ordered INSERT), the others to the staging
+    table for the merge. Returns how many are fresh."""
+    rows = [
+        (cluster, uid, hour, "subscription", ticks, price, amount, cur, final, ov, sv)
+        for uid, hour, ticks, price, amount, cur, final, ov, sv in tables.fees
+    ]
     staged = [r for r in rows if r[1] in touched]
     fresh = [r for r in rows if r[1] not in touched] if touched else rows
     if staged:
         _copy(conn, "charge_stage", _STAGE_COLUMNS, _STAGE_TYPES, staged)
     if fresh:
-        _copy(conn, "subscription_charges", _STAGE_COLUMNS, _STAGE_TYPES, fresh)
+        _copy(conn, "charge_fresh_fees", _STAGE_COLUMNS, _STAGE_TYPES, fresh)
     return len(fresh)
 
 
@@ -398,7 +396,6 @@ def _half_even(t: str, num: str, den: str) -> str:
 # Quantity q / (den·d), amount a / (den·d·1000), unit price a / (1000·q): each rounded once,
 # half to even.
 _USAGE = f"""
-    INSERT INTO {{target}} ({_STAGE_COLUMNS})
     WITH {_MATCHED}, {{grouped}}, {_COVERED}, {{margins}}, {{priced}}, {{sums}}, {_EXACT},
          {_DIVIDED}
     SELECT %(cluster)s, e.uid, e.hour, e.meter,
@@ -414,9 +411,25 @@ _USAGE = f"""
 """
 
 
-def _usage_statement(tables: charge_plan.Tables, target: str) -> str:
-    """The usage INSERT into `target` over only the meters the run prices (and the signals
-    they read)."""
+# The rows of fresh Subscriptions, usage and fees, go into the ledger in one INSERT in key
+# order: each index then grows at its right edge. Fee rows copied first and usage rows
+# inserted between them afterwards split index pages in the middle, leaving them half full:
+# at 10k Subscriptions the ledger's indexes then outgrew the server's shared buffers.
+_FRESH_ROWS = f"""
+    INSERT INTO subscription_charges ({_STAGE_COLUMNS})
+    SELECT * FROM ({{usage}} UNION ALL SELECT {_STAGE_COLUMNS} FROM charge_fresh_fees) r
+    ORDER BY 2, 3, 4
+"""
+_FRESH_FEES = f"""
+    INSERT INTO subscription_charges ({_STAGE_COLUMNS})
+    SELECT {_STAGE_COLUMNS} FROM charge_fresh_fees ORDER BY subscription_uid, hour
+"""
+
+
+def _usage_statement(tables: charge_plan.Tables, *, fresh: bool) -> str:
+    """The usage rows over only the meters the run prices (and the signals they read): of
+    the fresh Subscriptions with their fee rows into the ledger, or of the others into the
+    staging table."""
     names = {meter for _, meter, _, _ in tables.meters}
     meters = {name: m for name, m in _METERS.items() if name in names}
     wanted = {m.signal for m in meters.values()}
@@ -424,13 +437,15 @@ def _usage_statement(tables: charge_plan.Tables, target: str) -> str:
         f"sum({expr}) AS {name}" if name in wanted else f"NULL::numeric AS {name}"
         for name, expr in _SIGNALS.items()
     )
-    return _USAGE.format(
-        target=target,
+    usage = _USAGE.format(
         grouped=_GROUPED.format(signals=signals),
         margins=_margins(meters),
         priced=_priced(meters),
         sums=_sums(meters),
     )
+    if fresh:
+        return _FRESH_ROWS.format(usage=usage)
+    return f"INSERT INTO charge_stage ({_STAGE_COLUMNS}) {usage}"
 
 
 _DELETE_STALE = """
@@ -535,8 +550,9 @@ def write(
     conn.execute(_LOCK.encode(), params)
     fresh = conn.execute(_FRESH.encode(), params).fetchall()
     touched = {str(uid) for uid, is_fresh in fresh if not is_fresh}
-    written = _copy_fees(conn, cluster, tables, touched)
-    usage_rows = 0
+    fresh_fees = _copy_fees(conn, cluster, tables, touched)
+    any_fresh = len(touched) < len(fresh)
+    written = usage_rows = 0
     if tables.sources and tables.meters:
         conn.execute(_LEVELS.encode(), params)
         conn.execute(_CURRENCIES.encode(), params)
@@ -547,13 +563,16 @@ def write(
         # The planner takes a nested loop over the pairs for cheap (it estimates a few rows a
         # pair); one hash join of the allocation rows on namespace is what scales.
         conn.execute(b"SET LOCAL enable_nestloop = off")
-        for is_fresh, target in ((True, "subscription_charges"), (False, "charge_stage")):
-            if (len(touched) < len(fresh)) if is_fresh else touched:
-                statement = _usage_statement(tables, target).encode()
-                count = conn.execute(statement, {**params, "fresh": is_fresh}).rowcount
-                usage_rows += count
-                written += count if is_fresh else 0
+        if any_fresh:
+            statement = _usage_statement(tables, fresh=True).encode()
+            written = conn.execute(statement, {**params, "fresh": True}).rowcount
+            usage_rows = written - fresh_fees
+        if touched:
+            statement = _usage_statement(tables, fresh=False).encode()
+            usage_rows += conn.execute(statement, {**params, "fresh": False}).rowcount
         conn.execute(b"RESET enable_nestloop")
+    elif fresh_fees:
+        written = conn.execute(_FRESH_FEES.encode()).rowcount
     deleted = 0
     if touched:
         merged, deleted = _merge(conn, params)
