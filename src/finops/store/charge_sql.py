@@ -274,7 +274,9 @@ _METERS = {
 
 # Coverage of each span as `usage._coverage` measures it, in microseconds (epochs are exact
 # numerics); `w` weighs the per-hour meters (an instant row weighs nothing); spans with no
-# part in the active interval are not billed.
+# part in the active interval are not billed. The test is a CASE (len is never negative), not
+# `(len > 0 AND cov > 0) OR (len = 0 AND instant_in)`: from that OR the planner derived a
+# filter on len alone and computed it from the epochs of every allocation row it scanned.
 _COVERED = """
     covered AS (
         SELECT g.*, greatest(0, (extract(epoch FROM g.end_time)
@@ -289,7 +291,7 @@ _COVERED = """
     ), billed AS (
         SELECT c.*, CASE WHEN c.len = 0 THEN 0 ELSE c.cov END AS w, c.cov <> c.len AS trimmed
         FROM covered c
-        WHERE (c.len > 0 AND c.cov > 0) OR (c.len = 0 AND c.instant_in)
+        WHERE CASE WHEN c.len = 0 THEN c.instant_in ELSE c.cov > 0 END
     )
 """
 
