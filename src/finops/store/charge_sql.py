@@ -11,12 +11,14 @@ have shares that are not finite decimals; they are summed as exact fractions
 (`finops_fraction_sum`). The result must equal `finops.billing.usage.usage_charges` (the
 `Fraction` oracle) to the micro: a property test holds both to it.
 
-One unit of work (the caller's transaction): the run's tables go to temporary tables by
-binary COPY (Subscriptions, their sources and margins, the fee rows), usage rows are inserted
-next to the fee rows by one statement, the stale open rows are deleted, the staged rows the
-ledger already holds are merged by INSERT … ON CONFLICT and the rest by a plain INSERT (the
-cluster's charge writes are serialised by an advisory lock, so nothing can insert them
-between the two).
+One unit of work (the caller's transaction), under an advisory lock that serialises the
+cluster's charge writes: the run's tables go to temporary tables by binary COPY
+(Subscriptions, their sources and margins, the fee rows). A Subscription the ledger holds no
+row for from the start of its window on (a first run, a backfill) is fresh: its fee and
+usage rows go into the ledger in one INSERT in key order, with no staging copy. The others'
+usage rows are staged next to their fee rows, their stale open rows are deleted, the staged
+rows the ledger already holds are merged by INSERT … ON CONFLICT and the rest by a plain
+INSERT (the lock keeps anything from inserting them in between).
 """
 
 from __future__ import annotations
