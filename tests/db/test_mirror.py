@@ -101,7 +101,7 @@ def test_the_collection_job_batch_path_agrees_with_the_controller_upsert(
         == {}
     )
     meta = {"uid": "sub-uid-1", "namespace": "team-a", "name": "sub-sub-uid-1", "generation": 1}
-    charge_inputs.add_subscription_versions(
+    added = charge_inputs.add_subscription_versions(
         conn,
         cluster=builders.CLUSTER,
         versions=[(meta, {}, namespace, {"app": "api"}), (meta, {}, namespace, {"app": "web"})],
@@ -110,6 +110,8 @@ def test_the_collection_job_batch_path_agrees_with_the_controller_upsert(
         conn, cluster=builders.CLUSTER, versions=relabelled
     )
     assert found.keys() == {("sub-uid-1", 1)} and found[("sub-uid-1", 1)] != by_controller
+    # Only the row it inserted comes back (the controller's is kept, not returned).
+    assert added == found
     stored = conn.execute(
         "SELECT subscription_labels FROM subscription_versions ORDER BY id"
     ).fetchall()

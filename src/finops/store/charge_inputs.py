@@ -223,22 +223,24 @@ def delete_stale(
 
 def add_offering_versions(
     conn: psycopg.Connection[Any], *, cluster: str, versions: Iterable[Mapping[str, Any]]
-) -> None:
+) -> dict[tuple[str, int], int]:
     """Record many Offering versions in one statement (raw objects; existing ones are kept).
 
     The same row `mirror.upsert_offering_version` writes, for a run that meets thousands of
-    new versions at once; read the ids back with `known_offering_versions`.
+    new versions at once. Returns the ids of the rows it inserted; versions already there
+    (recorded meanwhile by another run) are read back with `known_offering_versions`.
     """
     items = [(o.get("metadata") or {}, o.get("spec") or {}) for o in versions]
     if not items:
-        return
-    conn.execute(
+        return {}
+    rows = conn.execute(
         """
         INSERT INTO offering_versions
             (cluster, uid, namespace, name, generation, resource_version, spec)
         SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[],
                                  %s::jsonb[])
         ON CONFLICT (cluster, uid, generation) DO NOTHING
+        RETURNING uid, generation, id
         """,
         (
             cluster,
@@ -249,7 +251,8 @@ def add_offering_versions(
             [str(m.get("resourceVersion", "")) for m, _ in items],
             [Jsonb(dict(spec)) for _, spec in items],
         ),
-    )
+    ).fetchall()
+    return {(str(uid), int(gen)): int(vid) for uid, gen, vid in rows}
 
 
 def add_subscription_versions(
@@ -259,17 +262,18 @@ def add_subscription_versions(
     versions: Iterable[
         tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, str], Mapping[str, str]]
     ],
-) -> None:
+) -> dict[tuple[str, int], int]:
     """Record many Subscription versions `(metadata, spec, namespace labels, Subscription
     labels)` in one statement, as `mirror.upsert_subscription_version` would one by one.
 
     Ids are drawn in uid order: a first charge run then writes its rows in the same order
     into the primary key (uid, hour) and 0004's (version, hour) index, so neither index's
-    pages are revisited at random once the ledger outgrows shared buffers."""
+    pages are revisited at random once the ledger outgrows shared buffers. Returns the ids of
+    the rows it inserted by `(uid, generation)`, as `add_offering_versions`."""
     items = list(versions)
     if not items:
-        return
-    conn.execute(
+        return {}
+    rows = conn.execute(
         """
         INSERT INTO subscription_versions
             (cluster, uid, namespace, name, generation, resource_version, spec,
@@ -279,6 +283,7 @@ def add_subscription_versions(
         ORDER BY 2, 5
         ON CONFLICT (cluster, uid, generation, labels_digest, subscription_labels_digest)
             DO NOTHING
+        RETURNING uid, generation, id
         """,
         (
             cluster,
@@ -291,7 +296,8 @@ def add_subscription_versions(
             [Jsonb(dict(labels)) for _, _, labels, _ in items],
             [Jsonb(dict(own)) for _, _, _, own in items],
         ),
-    )
+    ).fetchall()
+    return {(str(uid), int(gen)): int(vid) for uid, gen, vid in rows}
 
 
 def record_versions(
@@ -306,7 +312,8 @@ def record_versions(
 ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
     """Mirror ids of every `(uid, generation)` Offering and Subscription version given (a
     Subscription as `(metadata, spec, namespace labels, its own labels)`), recording the new
-    ones first: one committed unit, one INSERT per table, whatever the number of versions."""
+    ones first: one committed unit, one INSERT per table (returning the new ids), whatever
+    the number of versions."""
     wanted_s = [(u, g, labels, own) for (u, g), (_, _, labels, own) in subscriptions.items()]
     with unit.begin(conn) as work:
         known_o = known_offering_versions(conn, cluster=cluster, versions=offerings)
@@ -314,10 +321,12 @@ def record_versions(
         missing_o = [o for key, o in offerings.items() if key not in known_o]
         missing_s = [v for key, v in subscriptions.items() if key not in known_s]
         if missing_o or missing_s:
-            add_offering_versions(conn, cluster=cluster, versions=missing_o)
-            add_subscription_versions(conn, cluster=cluster, versions=missing_s)
-            known_o = known_offering_versions(conn, cluster=cluster, versions=offerings)
-            known_s = known_subscription_versions(conn, cluster=cluster, versions=wanted_s)
+            known_o |= add_offering_versions(conn, cluster=cluster, versions=missing_o)
+            known_s |= add_subscription_versions(conn, cluster=cluster, versions=missing_s)
+            if not (known_o.keys() >= offerings.keys() and known_s.keys() >= subscriptions.keys()):
+                # Another run recorded some of them meanwhile (its rows return nothing here).
+                known_o = known_offering_versions(conn, cluster=cluster, versions=offerings)
+                known_s = known_subscription_versions(conn, cluster=cluster, versions=wanted_s)
         work.commit()
     return known_o, known_s
 
