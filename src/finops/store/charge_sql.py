@@ -521,6 +521,26 @@ def _merge(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[int, 
     return written, deleted
 
 
+def _params(
+    cluster: str, tables: charge_plan.Tables, scheduled: dt.datetime, boundary: dt.datetime | None
+) -> dict[str, Any]:
+    """The named parameters every statement of the write draws from."""
+    any_lo, any_hi = tables.usage.anywhere or (None, None)
+    return {
+        "cluster": cluster,
+        "any_lo": any_lo,
+        "any_hi": any_hi,
+        "scheduled": scheduled,
+        "boundary": boundary,
+        "fee_currency": tables.fee_currency,
+        "places": 10**QUANTITY_PLACES,
+        "per_hour": MICROSECONDS_PER_HOUR,
+        "per_hour_gib": MICROSECONDS_PER_HOUR * GIB,
+        "gib": GIB,
+        "lock": LOCK_CLASS,
+    }
+
+
 def write(
     conn: psycopg.Connection[Any],
     *,
@@ -537,20 +557,7 @@ def write(
     # JIT compiling these statements takes seconds (more than running them).
     conn.execute(b"SET LOCAL jit = off")
     _load(conn, cluster, tables)
-    any_lo, any_hi = tables.usage.anywhere or (None, None)
-    params: dict[str, Any] = {
-        "cluster": cluster,
-        "any_lo": any_lo,
-        "any_hi": any_hi,
-        "scheduled": scheduled,
-        "boundary": boundary,
-        "fee_currency": tables.fee_currency,
-        "places": 10**QUANTITY_PLACES,
-        "per_hour": MICROSECONDS_PER_HOUR,
-        "per_hour_gib": MICROSECONDS_PER_HOUR * GIB,
-        "gib": GIB,
-        "lock": LOCK_CLASS,
-    }
+    params = _params(cluster, tables, scheduled, boundary)
     conn.execute(_LOCK.encode(), params)
     fresh = conn.execute(_FRESH.encode(), params).fetchall()
     touched = {str(uid) for uid, is_fresh in fresh if not is_fresh}
