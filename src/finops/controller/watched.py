@@ -18,6 +18,8 @@ projection keeps the fields some reader uses and drops the rest:
 Strings are interned, so a namespace's or an Offering's name, condition types and reasons and
 every dict key are held once however many objects repeat them. Status writes and finalizer
 patches return the full object as written; only what the watch stores keep is projected.
+A projected Offering or Subscription is a `views.Frozen` body: never modified, so its
+Subscription view is parsed once.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from finops.api import views
 from finops.hierarchy import subscriptions
 
 KEPT_TOP = ("apiVersion", "kind", "spec", "status")
@@ -68,7 +71,7 @@ def _metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 def hierarchy_object(obj: Mapping[str, Any]) -> dict[str, Any]:
     """An Offering or Subscription as its watch store keeps it."""
-    kept: dict[str, Any] = {k: interned(obj[k]) for k in KEPT_TOP if k in obj}
+    kept = views.Frozen({k: interned(obj[k]) for k in KEPT_TOP if k in obj})
     kept["metadata"] = _metadata(obj.get("metadata") or {})
     return kept
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.unit.hierarchy import builders as b
 
+from finops.api import views
 from finops.controller import caches, cost_metrics, hierarchy_watch, ledger_mirror, watched
 from finops.controller import subscription as subscription_reconciler
 from finops.hierarchy import family, offerings, refs, subscriptions
@@ -205,6 +206,21 @@ def readers(obj: dict[str, Any]) -> tuple[Any, ...]:
 
 
 class TestTheProjectionKeepsWhatReadersRead:
+    @settings(max_examples=150, deadline=None)
+    @given(forests())
+    def test_a_kept_subscription_is_parsed_once_into_the_view_of_the_whole_object(
+        self, forest: tuple[list[dict[str, Any]], list[dict[str, Any]]]
+    ) -> None:
+        _, subs = forest
+        for sub in subs:
+            kept = watched.hierarchy_object(sub)
+            view = views.SubscriptionView.parse(kept)
+            assert views.SubscriptionView.parse(kept) is view  # parsed once
+            assert view == views.SubscriptionView.parse(sub)
+            assert view == views.SubscriptionView.parse(dict(kept))
+            for copied in (dict(kept), copy.copy(kept), copy.deepcopy(kept)):
+                assert type(copied) is dict and copied == kept  # a copy may be modified
+
     @settings(max_examples=150, deadline=None)
     @given(forests(), st.sampled_from([None, subscriptions.Target.FOUND]))
     def test_every_decision_equals_the_one_on_whole_objects(
