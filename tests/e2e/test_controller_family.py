@@ -112,7 +112,12 @@ def test_deleting_acme_vm_ends_exactly_the_requiring_members_and_recreating_revi
         )
         assert obj["status"]["deactivatedAt"]
         assert h.reason(obj, "Ready") == "ValidationSucceeded"
-        causes = [e["message"] for e in events_for(kube, ns, name) if e["reason"] == "Deactivated"]
+        causes = wait_for(  # Events are posted in the background, after the status
+            lambda n=name: [
+                e["message"] for e in events_for(kube, ns, n) if e["reason"] == "Deactivated"
+            ],
+            what="Deactivated event",
+        )
         assert any(c.startswith("CompatibilityRequirementNotMet: ") for c in causes)
     h.wait_reason(kube, "Subscription", ns, "acme-vm-spare", "Active", "ParentDeactivated")
     h.wait_reason(kube, "Subscription", ns, "acme-vm", "Active", "MarkedForDeletion")

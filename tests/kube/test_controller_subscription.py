@@ -287,8 +287,11 @@ class TestCascades:
         for name in ("vm", "spare"):
             obj = active(kube, ns, name, "ParentDeactivated")
             assert obj["status"]["deactivatedAt"] and obj["status"]["ready"] == "False"
-            events = [e for e in events_for(kube, ns, name) if e["reason"] == "Deactivated"]
-            assert events and events[0]["message"].startswith("ParentDeactivated: ")
+            events = wait_for(  # Events are posted in the background, after the status
+                lambda n=name: [e for e in events_for(kube, ns, n) if e["reason"] == "Deactivated"],
+                what="Deactivated event",
+            )
+            assert events[0]["message"].startswith("ParentDeactivated: ")
 
     def test_under_orphan_a_child_outlives_its_parent_but_not_its_coverage(
         self, kube: controlplane.ControlPlane, kube_namespace: str, controller: ControllerProcess
@@ -368,8 +371,11 @@ class TestDeletion:
             what="Deleting condition",
         )
         assert (deleting["status"], deleting["reason"]) == ("False", "WaitingForCollectionJob")
-        events = [e for e in events_for(kube, ns, "acme") if e["reason"] == "Deactivated"]
-        assert events and events[0]["type"] == "Normal"
+        events = wait_for(
+            lambda: [e for e in events_for(kube, ns, "acme") if e["reason"] == "Deactivated"],
+            what="Deactivated event",
+        )
+        assert events[0]["type"] == "Normal"
         wait_more_reconciles(controller, SUBSCRIPTIONS, count=5)
         still = h.fetch(kube, "Subscription", ns, "acme")
         assert still["metadata"]["finalizers"] == ["subscriptions.finops.stakater.com/finalizer"]

@@ -245,7 +245,7 @@ class Manager:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            self.hierarchy.close()
+            await self.hierarchy.aclose()
 
 
 def migrate_database(dsn: str) -> list[int]:

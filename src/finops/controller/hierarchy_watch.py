@@ -32,7 +32,7 @@ from finops.controller import (
     written,
 )
 from finops.hierarchy import family, offerings, refs, subscriptions
-from finops.kube import resources, watch
+from finops.kube import events, resources, watch
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,7 @@ class Wiring:
     ) -> None:
         self.enqueue = enqueue
         self.fresh = written.Written(project=watched.hierarchy_object)
+        self.events = events.Recorder(client, senders=settings.workers)
         self.offering_source = watch.Source(
             client, resources.Offering, self._on_offering, project=watched.hierarchy_object
         )
@@ -197,6 +198,7 @@ class Wiring:
                 mirror=self.mirror,
                 fresh=self.fresh,
                 pending=pending,
+                recorder=self.events,
             ),
         }
 
@@ -235,6 +237,11 @@ class Wiring:
         keys: list[Key] = [(offering.KIND, ns, name) for ns, name in self.caches.offerings]
         keys.extend((subscription.KIND, ns, name) for ns, name in self.caches.subscriptions)
         return keys
+
+    async def aclose(self) -> None:
+        """Send the Events still queued, then close the mirror."""
+        await self.events.close()
+        self.close()
 
     def close(self) -> None:
         if self.mirror is not None:

@@ -8,8 +8,10 @@ with `hierarchy.subscriptions.plan`):
    gates, activation or terminal deactivation;
 3. write the status when it changed and record the plan's Events (activation, orphaning,
    deactivation with its cause); a new Subscription held on a parent or relative that is
-   itself waiting in the queue goes back behind it instead (dependency order). Reads see
-   our own writes before the watch delivers them (`written`);
+   itself waiting in the queue goes back behind it instead (dependency order), and a new
+   one whose parent is not there yet waits `PARENT_GRACE` for it first. Reads see
+   our own writes before the watch delivers them (`written`). The manager's Events go out
+   through a background `events.Recorder`, so a reconcile does not wait for their POST;
 4. requeue: a failed read backs off per key; a Subscription with a `targetRef` is re-checked
    periodically, since target deletion is not watched;
 5. mirror this version, with its namespace's labels, into the ledger (never blocks 1-4).
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import lightkube
@@ -40,10 +43,21 @@ CONTROLLER = "subscription"  # the documented metrics label (no suffix)
 KIND = "Subscription"
 CONFLICT_RETRY = 0.2
 """Seconds before retrying a write that lost a resourceVersion race (the cache was stale)."""
-BEHIND = 0.001
-"""Requeue delay of a Subscription put back behind a queued blocker (lands at the tail)."""
+BEHIND = 0.1
+"""Requeue delay of a Subscription put back behind a queued blocker: it lands at the tail,
+and with many workers the blocker has time to finish its write (whose watch event wakes the
+Subscription sooner when the blocker activates or turns Ready)."""
 MAX_BEHIND = 3
 """How often in a row one Subscription goes back behind its blockers before writing."""
+PARENT_GRACE = 2.0
+"""Seconds a new Subscription whose parent is not in the cache waits for it before writing
+`ParentSubscriptionNotFound`: children created before their parent (a burst of creates, a
+directory applied in name order) would write a hold the parent's arrival overwrites at once.
+The parent's create wakes it sooner (the parent index); after the grace the hold is written."""
+
+
+Record = Callable[[Mapping[str, Any], str, str, str], Awaitable[None]]
+"""Records one Event about an object: (object, type, reason, message)."""
 
 
 def watches_target(sub: Mapping[str, Any]) -> bool:
@@ -78,13 +92,22 @@ class Reconciler:
         mirror: ledger_mirror.Mirror | None = None,
         fresh: written.Written | None = None,
         pending: Callable[[tuple[str, str, str]], bool] = lambda _key: False,
+        recorder: events.Recorder | None = None,
     ) -> None:
         self.client = client
+        self.record: Record = (
+            recorder.record
+            if recorder is not None
+            else lambda obj, type_, reason, message: events.record(
+                client, obj, type_, reason, message
+            )
+        )
         self.caches = caches
         self.mirror = mirror
         self.fresh = fresh if fresh is not None else written.Written()
         self.pending = pending
         self.waited: dict[tuple[str, str, str], int] = {}
+        self.parent_due: dict[tuple[str, str, str], float] = {}
         self.target_recheck_seconds = target_recheck_seconds
         self.targets = targets.TargetReader(client)
         self.read_backoff = ledger_mirror.Backoff(base=0.5)
@@ -97,6 +120,7 @@ class Reconciler:
             self.read_backoff.succeeded(key)
             self.mirror_backoff.succeeded(key)
             self.waited.pop(key, None)
+            self.parent_due.pop(key, None)
             return None
         try:
             sub, delay = await self._sync(key, sub)
@@ -153,6 +177,29 @@ class Reconciler:
         self.waited[key] = self.waited.get(key, 0) + 1
         return True
 
+    def _await_parent(
+        self,
+        key: tuple[str, str, str],
+        sub: Mapping[str, Any],
+        decided: subscriptions.SubscriptionPlan,
+    ) -> float | None:
+        """Seconds left for a new Subscription (no status written yet) to wait for a parent
+        that is not in the cache before holding on it, or None when it writes now."""
+        if (
+            decided.reason is not Reason.PARENT_SUBSCRIPTION_NOT_FOUND
+            or not decided.changed
+            or refs.status_of(sub)
+            or refs.is_deleting(sub)
+        ):
+            self.parent_due.pop(key, None)
+            return None
+        now = time.monotonic()
+        due = self.parent_due.setdefault(key, now + PARENT_GRACE)
+        if now >= due:
+            self.parent_due.pop(key, None)
+            return None
+        return due - now
+
     async def _sync(
         self, key: tuple[str, str, str], sub: dict[str, Any]
     ) -> tuple[dict[str, Any], float | None]:
@@ -172,6 +219,9 @@ class Reconciler:
             target=await self._target(sub),
             now=dt.datetime.now(dt.UTC),
         )
+        grace = self._await_parent(key, sub, decided)
+        if grace is not None:
+            return sub, grace
         if self._wait_behind(key, sub, decided):
             return sub, BEHIND
         if decided.changed:
@@ -179,7 +229,7 @@ class Reconciler:
             sub = await status.write(self.client, resources.Subscription, sub, decided.status)
             self.fresh.record(before, sub)
         for event in decided.events:
-            await events.record(self.client, sub, event.type, event.reason, event.message)
+            await self.record(sub, event.type, event.reason, event.message)
         if decided.activated or decided.deactivated:
             log.info(
                 "subscription activated" if decided.activated else "subscription deactivated",

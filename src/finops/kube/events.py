@@ -1,10 +1,15 @@
 """Kubernetes Events on the transitions users care about.
 
 Events are best effort: a failure to record one is logged and never fails a reconcile.
+`Recorder` posts them in the background, as client-go's event recorder does, so a reconcile
+does not wait for the round trip; its queue is bounded (a full queue makes the reconcile
+wait, nothing is dropped) and `close` sends what is still queued before the manager exits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import logging
 from collections.abc import Mapping
@@ -60,8 +65,60 @@ async def record(
     message: str,
 ) -> None:
     """Post one Event; swallow and log API errors."""
-    body = event_body(involved, type_, reason, message, dt.datetime.now(dt.UTC))
+    await _post(client, event_body(involved, type_, reason, message, dt.datetime.now(dt.UTC)))
+
+
+async def _post(client: lightkube.AsyncClient, body: Mapping[str, Any]) -> None:
     try:
         await kube_client.create(client, kube_client.Event, body)
     except Exception as exc:  # best effort by design
-        log.warning("could not record event", extra={"reason": reason, "error": str(exc)})
+        log.warning("could not record event", extra={"reason": body["reason"], "error": str(exc)})
+
+
+class Recorder:
+    """Events posted by a few background senders from a bounded queue.
+
+    Each Event is stamped when it is recorded (the decision's time, not the send's); one
+    object's Events are posted in the order they were recorded when `senders` is 1, and
+    within a few milliseconds of each other otherwise (they are decided seconds apart).
+    """
+
+    def __init__(
+        self, client: lightkube.AsyncClient, *, senders: int = 4, capacity: int = 1024
+    ) -> None:
+        self.client = client
+        self.senders = senders
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=capacity)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def record(
+        self, involved: Mapping[str, Any], type_: str, reason: str, message: str
+    ) -> None:
+        """Queue one Event (waits only while the queue is full)."""
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._send(), name=f"events-{i}") for i in range(self.senders)
+            ]
+        body = event_body(involved, type_, reason, message, dt.datetime.now(dt.UTC))
+        await self._queue.put(body)
+
+    async def _send(self) -> None:
+        while True:
+            body = await self._queue.get()
+            try:
+                await _post(self.client, body)
+            finally:
+                self._queue.task_done()
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Send what is queued (for at most `timeout` seconds), then stop the senders."""
+        if self._tasks:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue.join(), timeout)
+            left = self._queue.qsize()
+            if left:
+                log.warning("events not recorded at shutdown", extra={"count": left})
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
