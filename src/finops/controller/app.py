@@ -92,6 +92,9 @@ class Manager:
         self.client = client
         self.settings = settings
         self.queue: workqueue.WorkQueue[Key] = workqueue.WorkQueue()
+        # The queue's series, looked up once: every watch event enqueues a few keys.
+        self._adds = metrics.WORKQUEUE_ADDS.labels(name=QUEUE_NAME)
+        self._depth = metrics.WORKQUEUE_DEPTH.labels(name=QUEUE_NAME)
         # Cleared while the Lease cannot be renewed: workers hold still, caches keep syncing.
         self.leading = asyncio.Event()
         self.leading.set()
@@ -130,9 +133,9 @@ class Manager:
         )
 
     def enqueue(self, key: Key) -> None:
-        metrics.WORKQUEUE_ADDS.labels(name=QUEUE_NAME).inc()
+        self._adds.inc()
         self.queue.add(key)
-        metrics.WORKQUEUE_DEPTH.labels(name=QUEUE_NAME).set(len(self.queue))
+        self._depth.set(len(self.queue))
 
     def _on_pricebook(
         self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
@@ -191,7 +194,7 @@ class Manager:
                 key = await self.queue.get()
             except workqueue.ShutDownError:
                 return
-            metrics.WORKQUEUE_DEPTH.labels(name=QUEUE_NAME).set(len(self.queue))
+            self._depth.set(len(self.queue))
             while not self.may_act():  # renewal overdue: hold the key until it is renewed
                 await asyncio.sleep(0.1)
             rec = self.reconcilers[key[0]]
