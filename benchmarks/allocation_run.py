@@ -179,7 +179,7 @@ def _warm(env: Mapping[str, str], spec: Mapping[str, Any], lookback: int) -> flo
         async with opencost_client.OpenCostClient(cfg) as oc:
             for k in range(lookback + 1):
                 hour = SCHEDULED - dt.timedelta(hours=k)
-                async for _ in opencost_client.iter_hour_tuples(oc, hour, cluster="warm"):
+                async for _ in opencost_client.iter_hour_lines(oc, hour, cluster="warm"):
                     pass
 
     started = time.perf_counter()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import threading
 from collections.abc import Iterator
 from decimal import Decimal
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from finops.billing import allocation
 from finops.devenv import postgres
-from finops.opencost import fastparse
+from finops.opencost import fastparse, parse
 from finops.store import allocations, migrate
 from tests.db import builders
 from tests.db.builders import alloc, hour
@@ -176,3 +177,69 @@ def test_a_run_that_commits_the_hour_first_turns_the_fresh_insert_into_the_upser
         assert written == expected[1:]
         with psycopg.connect(ledgers[0]) as old:
             assert dump(conn) == dump(old)
+
+
+# --------------------------------------------------------- the run's path: body → COPY lines
+
+LINE_NUMBERS = st.one_of(
+    st.decimals(min_value=0, max_value=10**15, allow_nan=False, places=7).map(str),
+    st.integers(0, 10**25).map(str),
+    st.sampled_from(
+        ["0", "-0", "0.0", "-0.0", "2.50", "1e5", "1E-7", "0.0000001", "0.000000", "7e+2", "null"]
+    ),
+)
+
+
+@st.composite
+def bodies(draw: st.DrawFn) -> tuple[bool, bytes]:
+    """One hour's OpenCost body (numbers as raw JSON text) and whether the hour is final."""
+    items = []
+    for name in draw(st.lists(st.sampled_from(["a", "b", "c\td", "e\\f"]), unique=True)):
+        numbers = [draw(LINE_NUMBERS) for _ in range(3)]
+        item = {
+            "properties": {
+                "namespace": "ns",
+                "pod": draw(awkward_text),
+                "labels": draw(st.dictionaries(awkward_text, awkward_text, max_size=2)),
+            },
+            "start": "2026-10-03T10:05:00Z",
+            "end": "2026-10-03T11:00:00Z",
+        }
+        text = json.dumps({"ns/" + name: item})
+        fields = ",".join(
+            f'"{key}":{value}'
+            for key, value in zip(("minutes", "cpuCoreHours", "ramByteHours"), numbers, strict=True)
+        )
+        items.append(text[:-2] + "," + fields + "}}")
+    body = '{"code":200,"data":[' + (",".join(items) or "{}") + "]}"
+    return draw(st.booleans()), body.encode()
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(bodies(), min_size=1, max_size=3))
+def test_bodies_written_as_copy_lines_leave_the_ledger_ingest_leaves(
+    ledgers: tuple[str, str], hours: list[tuple[bool, bytes]]
+) -> None:
+    """What the run stores (`fastparse.lines` → `with_finalized` → `stage_text` → `merge`) is
+    what `ingest` stores for the exact parser's rows of the same bodies."""
+    at = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
+    decoded = [
+        (final, parse.rows(parse.decode(body), cluster="c", aggregation="pod", hour=at))
+        for final, body in hours
+    ]
+    with psycopg.connect(ledgers[0]) as old, psycopg.connect(ledgers[1]) as new:
+        for conn in (old, new):
+            conn.execute("DELETE FROM provider_allocations")
+        expected = by_ingest(old, decoded)
+        book = builders.pricebook(new)
+        allocations.open_stream(new)
+        written = 0
+        for final, body in hours:
+            found = fastparse.lines(body, cluster="c", aggregation="pod", hour=at)
+            allocations.stage_text(new, allocations.with_finalized(found.text, finalized=final))
+            written += allocations.merge(new, pricebook_id=book, currency="USD")
+        new.commit()
+        assert written == expected
+        assert dump(new) == dump(old)

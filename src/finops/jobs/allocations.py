@@ -55,7 +55,7 @@ class Phases:
     """Seconds a run spent per phase, for logs and the benchmark.
 
     `fetch`: the hours' wall time in this process (waiting for OpenCost, `decode` of bodies
-    into rows, formatting `COPY` text, and waiting when the write queue is full). `stage`
+    into `COPY` text, and waiting when the write queue is full). `stage`
     (the `COPY`s) and `merge` (the upserts) run in the writer thread meanwhile; `drain` is
     the wait for the writer after the last hour, `finalize` the stragglers' update.
     """
@@ -319,11 +319,11 @@ async def _stage_hour(
 ) -> None:
     """Queue one hour's batches for staging as they arrive (within `openCostFetchTimeout`)."""
     started, count = time.monotonic(), 0
-    batches = opencost_client.iter_hour_tuples(oc, hour.start, cluster=settings.cluster)
+    batches = opencost_client.iter_hour_lines(oc, hour.start, cluster=settings.cluster)
     async with opencost_client.hour_deadline(oc, hour.start), aclosing(batches):
         async for batch in batches:
-            data, rows = store_allocations.copy_text(batch, finalized=hour.finalized)
-            count += rows
+            data = store_allocations.with_finalized(batch.text, finalized=hour.finalized)
+            count += len(batch.names)
             job = _timed(phases, "stage", _ignore, store_allocations.stage_text, conn, data)
             await ledger.submit(job, len(data))
     took = time.monotonic() - started

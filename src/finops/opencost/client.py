@@ -35,7 +35,7 @@ from finops.collection import durations
 from finops.opencost import config, errors, fastparse, parse
 
 log = logging.getLogger(__name__)
-R = TypeVar("R")
+B = TypeVar("B")
 
 ALLOCATION_PATH = "/allocation/compute"
 HOUR = dt.timedelta(hours=1)
@@ -217,24 +217,24 @@ class OpenCostClient:
         parse.check_hour(rows, hour, query=described)
         return rows
 
-    async def row_tuples(
+    async def row_lines(
         self,
         hour: dt.datetime,
         *,
         cluster: str,
         namespaces: Sequence[str] | None = None,
-    ) -> list[fastparse.RowTuple]:
-        """As `rows`, as row tuples through the fast decoder (same rows, same errors)."""
+    ) -> fastparse.Lines:
+        """As `rows`, as `COPY` lines through the fast decoder (the same rows, the same errors)."""
         aggregate = self.config.aggregate
         params = self.params(hour, aggregate=aggregate, namespaces=namespaces)
         described = _describe(params)
         body = await self.body(params, described)
         started = time.perf_counter()
-        rows = fastparse.rows(
+        found = fastparse.lines(
             body, cluster=cluster, aggregation=aggregate, hour=hour, query=described
         )
         self.decode_seconds += time.perf_counter() - started
-        return rows
+        return found
 
     async def namespaces(self, hour: dt.datetime) -> list[str]:
         """The hour's namespaces as OpenCost sees them (deleted and pseudo ones included)."""
@@ -308,51 +308,48 @@ async def iter_hour(
     def fetch(shard: Sequence[str] | None) -> Awaitable[list[allocation.AllocationRow]]:
         return oc.rows(hour, cluster=cluster, namespaces=shard)
 
-    async with aclosing(_batches(oc, hour, fetch, _row_name)) as batches:
+    async with aclosing(_batches(oc, hour, fetch, _row_names)) as batches:
         async for batch in batches:
             yield batch
 
 
-async def iter_hour_tuples(
+async def iter_hour_lines(
     oc: OpenCostClient,
     hour: dt.datetime,
     *,
     cluster: str,
-) -> AsyncGenerator[list[fastparse.RowTuple], None]:
-    """`iter_hour` as row tuples through the fast decoder: the same batches, rows and errors."""
+) -> AsyncGenerator[fastparse.Lines, None]:
+    """`iter_hour` as `COPY` lines (`fastparse.lines`): the same batches, rows and errors."""
 
-    def fetch(shard: Sequence[str] | None) -> Awaitable[list[fastparse.RowTuple]]:
-        return oc.row_tuples(hour, cluster=cluster, namespaces=shard)
+    def fetch(shard: Sequence[str] | None) -> Awaitable[fastparse.Lines]:
+        return oc.row_lines(hour, cluster=cluster, namespaces=shard)
 
-    async with aclosing(_batches(oc, hour, fetch, _tuple_name)) as batches:
+    async with aclosing(_batches(oc, hour, fetch, _line_names)) as batches:
         async for batch in batches:
             yield batch
 
 
-def _row_name(row: allocation.AllocationRow) -> str:
-    return row.name
+def _row_names(batch: list[allocation.AllocationRow]) -> Iterable[str]:
+    return (row.name for row in batch)
 
 
-def _tuple_name(row: fastparse.RowTuple) -> str:
-    return str(row[_NAME_AT])
-
-
-_NAME_AT = fastparse.ROW_FIELDS.index("name")
+def _line_names(batch: fastparse.Lines) -> Iterable[str]:
+    return batch.names
 
 
 async def _batches(
     oc: OpenCostClient,
     hour: dt.datetime,
-    fetch: Callable[[Sequence[str] | None], Awaitable[list[R]]],
-    name: Callable[[R], str],
-) -> AsyncGenerator[list[R], None]:
+    fetch: Callable[[Sequence[str] | None], Awaitable[B]],
+    names: Callable[[B], Iterable[str]],
+) -> AsyncGenerator[B, None]:
     """One batch unsharded, else one per shard (see `iter_hour`)."""
     _check_hour(hour)
     sharding = _usable_sharding(oc.config)
     if sharding is None:
         yield await fetch(None)
         return
-    async with aclosing(_iter_shards(oc, hour, sharding, fetch, name)) as batches:
+    async with aclosing(_iter_shards(oc, hour, sharding, fetch, names)) as batches:
         async for batch in batches:
             yield batch
 
@@ -373,9 +370,9 @@ async def _iter_shards(
     oc: OpenCostClient,
     hour: dt.datetime,
     sharding: config.Sharding,
-    fetch: Callable[[Sequence[str] | None], Awaitable[list[R]]],
-    name: Callable[[R], str],
-) -> AsyncGenerator[list[R], None]:
+    fetch: Callable[[Sequence[str] | None], Awaitable[B]],
+    names: Callable[[B], Iterable[str]],
+) -> AsyncGenerator[B, None]:
     """One batch per namespace shard, at most `concurrency` in flight (see `iter_hour`)."""
     shards = split(await oc.namespaces(hour), sharding.namespaces_per_shard)
     log.info(
@@ -386,7 +383,7 @@ async def _iter_shards(
         sharding.concurrency,
     )
     seen: set[str] = set()
-    pending: set[asyncio.Future[list[R]]] = set()
+    pending: set[asyncio.Future[B]] = set()
     remaining = iter(shards)
 
     def start_next() -> None:
@@ -405,7 +402,7 @@ async def _iter_shards(
                     task.result()
             for task in done:
                 batch = task.result()
-                _claim(map(name, batch), seen)
+                _claim(names(batch), seen)
                 yield batch
                 start_next()
     finally:

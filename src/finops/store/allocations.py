@@ -25,7 +25,6 @@ import operator
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
-import msgspec
 import psycopg
 from psycopg import pq
 from psycopg.types.json import Jsonb
@@ -263,9 +262,17 @@ def copy_text(rows: Iterable[tuple[Any, ...]], *, finalized: bool) -> tuple[byte
     in its own process. It is the text psycopg's text `COPY` sends for `ingest`, and a few
     hundred bytes a row, so batches can wait in a queue cheaply.
     """
-    tail = "\tt\n" if finalized else "\tf\n"
-    lines = [_copy_line(row) + tail for row in rows]
-    return "".join(lines).encode(), len(lines)
+    lines = [allocation.row_line(row) + "\n" for row in rows]
+    return with_finalized("".join(lines).encode(), finalized=finalized), len(lines)
+
+
+def with_finalized(lines: bytes, *, finalized: bool) -> bytes:
+    """Row lines (`allocation.row_line`, each ended by a newline) as `COPY` text for
+    `stage_text`: each line gets the `is_finalized` column.
+
+    A raw newline in escaped `COPY` text only ever ends a line, so one replace does it.
+    """
+    return lines.replace(b"\n", b"\tt\n" if finalized else b"\tf\n")
 
 
 def stage_text(conn: psycopg.Connection[Any], data: bytes) -> None:
@@ -275,21 +282,6 @@ def stage_text(conn: psycopg.Connection[Any], data: bytes) -> None:
         sql = f"COPY {_STREAM} ({columns}, is_finalized) FROM STDIN".encode()
         with conn.cursor() as cur, cur.copy(sql) as copy:
             copy.write(data)
-
-
-_LABELS_AT = list(_ROW_COLUMNS).index("labels")
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def _copy_line(row: tuple[Any, ...]) -> str:
-    """One row in `COPY` text format (no end of line): `str()` of each value, labels as JSON."""
-    values = list(row)
-    values[_LABELS_AT] = msgspec.json.encode(values[_LABELS_AT]).decode()
-    line = "\t".join(map(str, values))
-    plain = "\\" not in line and "\n" not in line and "\r" not in line
-    if plain and line.count("\t") == len(values) - 1:
-        return line  # nothing to escape (the common case, checked once per row)
-    return "\t".join(str(v).translate(_COPY_ESCAPES) for v in values)
 
 
 def merge(conn: psycopg.Connection[Any], *, pricebook_id: int, currency: str) -> int:

@@ -1,7 +1,8 @@
 """The fast decoder gives exactly the exact parser's rows, or refuses with its very error.
 
 The oracle is `fastparse.exact_rows` (`parse.decode` + `parse.rows` + `parse.check_hour`, the
-path every earlier release used). Bodies come from hypothesis (OpenCost-shaped documents with
+path every earlier release used); for `COPY` lines (`fastparse.lines`) it is those rows through
+`allocation.row_line`, byte for byte. Bodies come from hypothesis (OpenCost-shaped documents with
 hostile values anywhere, and byte-level damage to a valid body) and from the real captures.
 """
 
@@ -52,8 +53,20 @@ def outcome(decode: Callable[..., list[Any]], body: bytes, hour: dt.datetime = H
     return [tuple(repr(v) for v in row) for row in found]
 
 
+def line_outcome(decode: Callable[..., fastparse.Lines], body: bytes, hour: dt.datetime) -> Any:
+    """The names and `COPY` bytes, or the error's type and message."""
+    try:
+        found = decode(body, cluster="c", aggregation=AGGREGATION, hour=hour, query="q")
+    except Exception as exc:
+        return ("error", type(exc).__name__, str(exc))
+    return found.names, found.text
+
+
 def assert_same(body: bytes, hour: dt.datetime = HOUR) -> None:
+    """Rows and `COPY` lines through the fast paths are the exact path's (or its error)."""
     assert outcome(fastparse.rows, body, hour) == outcome(fastparse.exact_rows, body, hour)
+    exact = line_outcome(fastparse.exact_lines, body, hour)
+    assert line_outcome(fastparse.lines, body, hour) == exact
 
 
 # ------------------------------------------------------------------------ generated bodies
@@ -206,6 +219,42 @@ def test_the_fast_path_itself_decodes_a_plain_body() -> None:
     fast = fastparse._fast_rows(body, "c", AGGREGATION, HOUR)
     assert [tuple(map(repr, r)) for r in fast] == outcome(fastparse.exact_rows, body)
     assert fast[0][fastparse.ROW_FIELDS.index("ram_byte_hours")] == Decimal("1.5E+9")
+    lines = fastparse._fast_lines(body, "c", AGGREGATION, HOUR)
+    assert (lines.names, lines.text) == line_outcome(fastparse.exact_lines, body, HOUR)
+    assert b"\t1.5E+9\t" in lines.text  # as `str(Decimal("1.5e9"))`, not the JSON text
+
+
+# JSON numbers as OpenCost (Go) or anyone else could write them: signs, leading `0.`, long
+# fractions, trailing zeros, exponents, and the `0.000000…` that `Decimal` prints as `1E-7`.
+number_texts = st.builds(
+    lambda sign, whole, fraction, exponent: sign + whole + fraction + exponent,
+    st.sampled_from(["", "", "-"]),
+    st.one_of(st.just("0"), st.from_regex(r"[1-9][0-9]{0,30}", fullmatch=True)),
+    st.one_of(
+        st.just(""),
+        st.from_regex(r"\.[0-9]{1,30}", fullmatch=True),
+        st.from_regex(r"\.0{4,9}[0-9]{0,3}", fullmatch=True),
+    ),
+    st.one_of(st.just(""), st.just(""), st.from_regex(r"[eE][+-]?[0-9]{1,3}", fullmatch=True)),
+)
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.lists(st.one_of(number_texts, st.just("null")), min_size=13, max_size=13))
+def test_every_json_number_gives_the_exact_copy_text(numbers: list[str]) -> None:
+    item: dict[str, Any] = {
+        "properties": {"namespace": "ns", "pod": "p", "labels": {"app": "a"}},
+        "start": "2026-10-03T10:00:00Z",
+        "end": "2026-10-03T11:00:00Z",
+        **{key: Raw(text) for key, text in zip(QUANTITY_KEYS, numbers, strict=False)},
+        "gpuAllocation": {"gpuUsageAverage": Raw(numbers[-1])},
+    }
+    body = to_json({"code": 200, "data": [{"ns/p/c": item}]}).encode()
+    assert_same(body)
+    if not any(text.startswith("-") and text.strip("-0.eE+") for text in numbers):
+        # No negative value: the fast path itself writes the line (no fallback).
+        found = fastparse._fast_lines(body, "c", AGGREGATION, HOUR)
+        assert (found.names, found.text) == line_outcome(fastparse.exact_lines, body, HOUR)
 
 
 @pytest.mark.parametrize(
@@ -241,6 +290,8 @@ def test_every_real_capture_decodes_as_the_exact_parser_does(capture: pathlib.Pa
     fast = fastparse._fast_rows(moved, "c", AGGREGATION, HOUR)
     assert fast
     assert [tuple(map(repr, r)) for r in fast] == outcome(fastparse.exact_rows, moved)
+    lines = fastparse._fast_lines(moved, "c", AGGREGATION, HOUR)
+    assert (lines.names, lines.text) == line_outcome(fastparse.exact_lines, moved, HOUR)
 
 
 def test_replay_answers_decode_alike_through_both_paths() -> None:
@@ -249,4 +300,5 @@ def test_replay_answers_decode_alike_through_both_paths() -> None:
     params = {"window": "2026-10-03T10:00:00Z,2026-10-03T11:00:00Z", "aggregate": AGGREGATION}
     _, _, body = server.answer("/allocation/compute", params)
     assert fastparse._fast_rows(body, "c", AGGREGATION, HOUR)
+    assert fastparse._fast_lines(body, "c", AGGREGATION, HOUR).names
     assert_same(body)
