@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Any
@@ -270,8 +269,10 @@ class Lines:
 
 _ZERO_RAW = msgspec.Raw(b"0")
 _Text = Annotated[str, msgspec.Meta(max_length=parse.MAX_TEXT)]
-# Plain non-negative JSON numbers, tab-separated, whose text `str(Decimal(text))` keeps.
-_PLAIN_NUMBERS = re.compile(rb"(?:(?:[1-9][0-9]*(?:\.[0-9]+)?|0(?:\.(?!000000)[0-9]+)?)(?:\t|\Z))+")
+# What a plain non-negative JSON number is made of (msgspec has checked each is a number).
+_NUMBER_BYTES = b"0123456789.\t"
+# `Decimal` prints `0.000000…` in exponent form (`str(Decimal("0.0000001"))` is `1E-7`).
+_TINY = b"0.000000"
 
 
 class _LineGpu(msgspec.Struct):
@@ -323,8 +324,12 @@ def _numbers_text(numbers: tuple[msgspec.Raw, ...]) -> str:
     joined = b"\t".join(numbers)
     if b"null" in joined:  # only ever a whole value: no number contains it
         joined = joined.replace(b"null", b"0")
-    if _PLAIN_NUMBERS.fullmatch(joined):
-        return joined.decode()
+    if (
+        not joined.translate(None, _NUMBER_BYTES)
+        and b"\t" + _TINY not in joined
+        and not joined.startswith(_TINY)
+    ):
+        return joined.decode()  # plain non-negative literals, each as `str(Decimal)` gives it
     return "\t".join(str(_quantity(parse_number(bytes(n)))) for n in numbers)
 
 
