@@ -409,10 +409,7 @@ def _line(
         _labels_text(props.labels),
         quantities,
     )
-    line = "\t".join(values)
-    if "\\" in line or "\n" in line or "\r" in line or line.count("\t") != _TABS:
-        raise _Fallback  # something to escape: rare, and `row_line` knows how
-    return line
+    return "\t".join(values)  # `_fast_lines` checks there is nothing to escape
 
 
 _TABS = len(ROW_FIELDS) - 1
@@ -436,7 +433,13 @@ def _fast_lines(body: bytes, cluster: str, aggregation: str, hour: dt.datetime) 
                 continue
             out[name] = _line(name, item, cluster, aggregation, times)
     names = sorted(out)
-    return Lines(names, "".join([out[n] + "\n" for n in names]).encode())
+    if not names:
+        return Lines(names, b"")
+    text = "\n".join([out[n] for n in names])
+    escape = "\\" in text or "\r" in text or text.count("\n") != len(names) - 1
+    if escape or text.count("\t") != _TABS * len(names):
+        raise _Fallback  # a value with something to escape: rare, and `row_line` knows how
+    return Lines(names, (text + "\n").encode())
 
 
 def exact_lines(
