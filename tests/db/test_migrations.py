@@ -229,6 +229,69 @@ class TestUpgrades:
             assert allocations.pricebooks(conn, [book]).keys() == {book}
             conn.execute("TRUNCATE provider_allocations, pricebooks")
 
+    def test_charge_hour_check_keeps_the_ledger_and_accepts_exactly_the_same_hours(
+        self, pg_dsn: str
+    ) -> None:
+        """0007's cheaper hour check keeps every charge row and its constraint name, and
+        accepts exactly the hours 0001's check accepted (edge values: off by a microsecond
+        either side, before 1970 and before the date_bin origin, BC, ±infinity)."""
+        shipped = migrate.load()
+        at = [m.name for m in shipped].index("charge_hour_check")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            migrate.apply(conn, shipped[:at])
+            o, s = builders.offering_version(conn), builders.subscription_version(conn)
+            conn.execute(_CHARGE, ("sub-1", o, s))
+            before = conn.execute("SELECT * FROM subscription_charges").fetchall()
+            migrate.apply(conn)
+            assert conn.execute("SELECT * FROM subscription_charges").fetchall() == before
+            outcomes = set()
+            for i, (instant, shift) in enumerate(_EDGE_HOURS):
+                hour = conn.execute(
+                    "SELECT (%s::timestamptz + %s::interval)::text", (instant, shift)
+                ).fetchone()
+                assert hour is not None
+                old = conn.execute(
+                    "SELECT extract(epoch FROM %s::timestamptz) %% 3600 = 0", hour
+                ).fetchone()
+                assert old is not None
+                try:
+                    with conn.transaction():
+                        conn.execute(_CHARGE_AT, (f"edge-{i}", hour[0], o, s))
+                    accepted = True
+                except psycopg.errors.CheckViolation as exc:
+                    assert exc.diag.constraint_name == "subscription_charges_hour_check"
+                    accepted = False
+                assert accepted == old[0], (instant, shift)
+                outcomes.add(accepted)
+            assert outcomes == {True, False}
+            conn.execute("TRUNCATE subscription_charges, subscription_versions, offering_versions")
+
+
+# Around the hour grid at several places on the time line, as (instant, shift); not within
+# 30 years of the largest timestamp, where 0001's check computed in float and accepted
+# instants off the hour.
+_EDGE_HOURS = [
+    (f"{base}{zone}", shift)
+    for base in (
+        "2026-04-01 00:00:00",
+        "2026-04-01 13:00:00",
+        "2000-01-01 00:00:00",
+        "1970-01-01 00:00:00",
+        "1900-02-28 05:00:00",
+        "0001-01-01 00:00:00 BC",
+        "4713-01-01 00:00:00 BC",
+        "200000-06-30 17:00:00",
+    )
+    for zone in ("+00", "+05:30", "-01")
+    for shift in ("0", "1 microsecond", "-1 microsecond", "1 second", "-30 minutes", "1 hour")
+] + [("infinity", "0"), ("-infinity", "0")]
+
+_CHARGE_AT = """
+    INSERT INTO subscription_charges (cluster, subscription_uid, hour, source, quantity,
+        unit_price_micros, amount_micros, currency, finalized, offering_version_id,
+        subscription_version_id)
+    VALUES ('default', %s, %s::timestamptz, 'subscription', 1, 5, 5, 'USD', true, %s, %s)
+"""
 
 _ALLOCATIONS = "SELECT * FROM provider_allocations ORDER BY cluster, hour, namespace, name"
 
