@@ -147,7 +147,7 @@ def known_offering_versions(
     rows = conn.execute(
         """
         SELECT v.uid, v.generation, v.id FROM offering_versions v
-        JOIN unnest(%s::text[], %s::bigint[]) AS k(uid, generation) USING (uid, generation)
+        JOIN unnest(%b::text[], %b::bigint[]) AS k(uid, generation) USING (uid, generation)
         WHERE v.cluster = %s
         """,
         ([u for u, _ in versions], [g for _, g in versions], cluster),
@@ -169,7 +169,7 @@ def known_subscription_versions(
     rows = conn.execute(
         """
         SELECT v.uid, v.generation, v.id FROM subscription_versions v
-        JOIN unnest(%s::text[], %s::bigint[], %s::jsonb[], %s::jsonb[])
+        JOIN unnest(%b::text[], %b::bigint[], %b::jsonb[], %b::jsonb[])
             AS k(uid, generation, labels, own)
           ON v.uid = k.uid AND v.generation = k.generation
          AND v.labels_digest = md5(k.labels::text)
@@ -237,8 +237,8 @@ def add_offering_versions(
         """
         INSERT INTO offering_versions
             (cluster, uid, namespace, name, generation, resource_version, spec)
-        SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[],
-                                 %s::jsonb[])
+        SELECT %s, * FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::text[],
+                                 %b::jsonb[])
         ON CONFLICT (cluster, uid, generation) DO NOTHING
         RETURNING uid, generation, id
         """,
@@ -278,8 +278,8 @@ def add_subscription_versions(
         INSERT INTO subscription_versions
             (cluster, uid, namespace, name, generation, resource_version, spec,
              namespace_labels, subscription_labels)
-        SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[],
-                                 %s::jsonb[], %s::jsonb[], %s::jsonb[])
+        SELECT %s, * FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::text[],
+                                 %b::jsonb[], %b::jsonb[], %b::jsonb[])
         ORDER BY 2, 5
         ON CONFLICT (cluster, uid, generation, labels_digest, subscription_labels_digest)
             DO NOTHING

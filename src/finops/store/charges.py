@@ -113,13 +113,13 @@ def watermarks(
         """
         WITH open AS MATERIALIZED (
             SELECT subscription_uid, min(hour) AS first_open FROM subscription_charges
-            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)s) AND NOT finalized
+            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b) AND NOT finalized
             GROUP BY subscription_uid
         ), fee AS (
             SELECT subscription_uid, hour,
                    lead(hour) OVER (PARTITION BY subscription_uid ORDER BY hour) AS next_hour
             FROM subscription_charges
-            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)s)
+            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
               AND source = 'subscription'
         ), hole AS MATERIALIZED (
             SELECT subscription_uid, min(hour) AS before_hole FROM fee
@@ -129,7 +129,7 @@ def watermarks(
         SELECT c.subscription_uid, max(c.hour) FROM subscription_charges c
         LEFT JOIN open o USING (subscription_uid)
         LEFT JOIN hole h USING (subscription_uid)
-        WHERE c.cluster = %(cluster)s AND c.subscription_uid = ANY(%(uids)s) AND c.finalized
+        WHERE c.cluster = %(cluster)s AND c.subscription_uid = ANY(%(uids)b) AND c.finalized
           AND c.hour < coalesce(o.first_open, 'infinity')
           AND c.hour <= coalesce(h.before_hole, 'infinity')
         GROUP BY c.subscription_uid
@@ -167,7 +167,7 @@ def sums(
     rows = conn.execute(
         """
         SELECT subscription_uid, source, sum(amount_micros) FROM subscription_charges
-        WHERE cluster = %s AND subscription_uid = ANY(%s) AND hour >= %s AND hour < %s
+        WHERE cluster = %s AND subscription_uid = ANY(%b) AND hour >= %s AND hour < %s
         GROUP BY subscription_uid, source
         """,
         (cluster, list(subscription_uids), start, end),
