@@ -41,7 +41,10 @@ class PeriodError(ValueError):
 
 
 def utc(t: dt.datetime) -> dt.datetime:
-    """The same instant in UTC; a naive datetime is refused rather than guessed at."""
+    """The same instant in UTC; a naive datetime is refused rather than guessed at. Already
+    in UTC, `t` itself (a fee row's hours pass through here a few times each)."""
+    if t.tzinfo is UTC:
+        return t
     if t.tzinfo is None or t.utcoffset() is None:
         raise ValueError(f"datetime {t.isoformat()} has no timezone; billing needs aware UTC")
     return t.astimezone(UTC)
