@@ -163,15 +163,8 @@ class TestUpgrades:
         """The migration that trades the per-row foreign keys for one check per statement
         keeps every charge row, and a charge still cannot point at a version that is not
         there, on insert or on update, nor outlive its version by DELETE or TRUNCATE."""
-        shipped = migrate.load()
-        at = [m.name for m in shipped].index("charge_version_checks")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            migrate.apply(conn, shipped[:at])
-            o, s = builders.offering_version(conn), builders.subscription_version(conn)
-            conn.execute(_CHARGE, ("sub-1", o, s))
-            before = conn.execute("SELECT * FROM subscription_charges").fetchall()
-            migrate.apply(conn)
-            assert conn.execute("SELECT * FROM subscription_charges").fetchall() == before
+            o, s, before = _charge_across(conn, "charge_version_checks")
             foreign_keys = conn.execute(
                 "SELECT count(*) FROM pg_constraint WHERE contype = 'f'"
                 " AND conrelid = 'subscription_charges'::regclass"
@@ -235,15 +228,8 @@ class TestUpgrades:
         """0007's cheaper hour check keeps every charge row and its constraint name, and
         accepts exactly the hours 0001's check accepted (edge values: off by a microsecond
         either side, before 1970 and before the date_bin origin, BC, ±infinity)."""
-        shipped = migrate.load()
-        at = [m.name for m in shipped].index("charge_hour_check")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            migrate.apply(conn, shipped[:at])
-            o, s = builders.offering_version(conn), builders.subscription_version(conn)
-            conn.execute(_CHARGE, ("sub-1", o, s))
-            before = conn.execute("SELECT * FROM subscription_charges").fetchall()
-            migrate.apply(conn)
-            assert conn.execute("SELECT * FROM subscription_charges").fetchall() == before
+            o, s, _ = _charge_across(conn, "charge_hour_check")
             outcomes = set()
             for i, (instant, shift) in enumerate(_EDGE_HOURS):
                 hour = conn.execute(
@@ -303,6 +289,21 @@ _CHARGE = """
     ON CONFLICT (cluster, subscription_uid, hour, source) DO UPDATE
         SET subscription_version_id = EXCLUDED.subscription_version_id
 """
+
+
+def _charge_across(
+    conn: psycopg.Connection[Any], migration: str
+) -> tuple[int, int, list[tuple[Any, ...]]]:
+    """Apply the migrations before `migration`, write one charge row, apply the rest and
+    check the row came through unchanged; the two version ids and the ledger's rows."""
+    shipped = migrate.load()
+    migrate.apply(conn, shipped[: [m.name for m in shipped].index(migration)])
+    o, s = builders.offering_version(conn), builders.subscription_version(conn)
+    conn.execute(_CHARGE, ("sub-1", o, s))
+    before = conn.execute("SELECT * FROM subscription_charges").fetchall()
+    migrate.apply(conn)
+    assert conn.execute("SELECT * FROM subscription_charges").fetchall() == before
+    return o, s, before
 
 
 class TestMigrationFiles:
