@@ -1,11 +1,10 @@
-"""The fast path of `parse`: one OpenCost hour body straight into row tuples, or the exact path.
+"""The fast path of `parse`: one OpenCost hour body straight into `COPY` lines, or the exact path.
 
 Why: the exact path builds the whole JSON document as Python objects (every cost field of
 every allocation, which the ledger never reads) and then an `AllocationRow` per allocation;
 at 10k+ allocations an hour that is most of an allocation run. Here `msgspec` decodes only
-the fields a row needs into typed structs (numbers as `Decimal` from their JSON text, like
-`json.loads(parse_float=Decimal)`), and each allocation becomes a tuple in `ROW_FIELDS`
-order, ready for `COPY`.
+the fields a row needs into typed structs (numbers as their raw JSON text), and each
+allocation becomes one line of `COPY` text in `ROW_FIELDS` order (see `lines` below).
 
 The exact parser stays the oracle: whenever the body is anything but the plain shape (an
 envelope error, a number that is not a non-negative JSON number, an over-long text, a
@@ -42,48 +41,7 @@ class _Fallback(Exception):
     """The body is not the plain shape; the exact path decides."""
 
 
-class _Gpu(msgspec.Struct):
-    gpuUsageAverage: Any = None
-
-
-class _Props(msgspec.Struct, rename="camel"):
-    namespace: Any = None
-    controller_kind: Any = None
-    controller: Any = None
-    pod: Any = None
-    container: Any = None
-    node: Any = None
-    labels: Any = None
-
-
-class _Alloc(msgspec.Struct, rename="camel"):
-    properties: _Props | None = None
-    start: Any = None
-    end: Any = None
-    minutes: Any = None
-    cpu_core_request_average: Any = None
-    cpu_core_usage_average: Any = None
-    cpu_core_hours: Any = None
-    gpu_count: Any = None
-    gpu_hours: Any = None
-    gpu_usage_average: Any = msgspec.UNSET
-    gpu_allocation: _Gpu | None = None
-    ram_byte_request_average: Any = None
-    ram_byte_usage_average: Any = None
-    ram_byte_hours: Any = None
-    pv_byte_hours: Any = None
-    network_transfer_bytes: Any = None
-    network_receive_bytes: Any = None
-
-
-class _Envelope(msgspec.Struct):
-    code: Any = 200
-    data: list[dict[str, _Alloc]] | None = None
-
-
-_DECODER = msgspec.json.Decoder(_Envelope, float_hook=Decimal)
 _ZERO = allocation.ZERO
-_EMPTY_PROPS = _Props()
 
 
 def _quantity(value: Any) -> Decimal:
@@ -100,14 +58,6 @@ def _quantity(value: Any) -> Decimal:
     if value is None:
         return _ZERO
     raise _Fallback
-
-
-def _text(value: Any) -> str:
-    if type(value) is not str:
-        return ""
-    if len(value) > parse.MAX_TEXT:
-        raise _Fallback
-    return value
 
 
 def _labels(value: Any) -> dict[str, str]:
@@ -145,48 +95,6 @@ def _time_reader(hour: dt.datetime) -> Callable[[Any], dt.datetime]:
     return read
 
 
-def _row(name: str, item: _Alloc, head: tuple[str, str], hour: dt.datetime, time: Any) -> RowTuple:
-    """One allocation as a tuple in `ROW_FIELDS` order (see `parse.row`)."""
-    cluster, aggregation = head
-    props = item.properties or _EMPTY_PROPS
-    labels = _labels(props.labels)
-    q = _quantity
-    gpu_usage = item.gpu_usage_average
-    if gpu_usage is msgspec.UNSET:
-        gpu_usage = None if item.gpu_allocation is None else item.gpu_allocation.gpuUsageAverage
-    start, end = time(item.start), time(item.end)
-    if end < start:
-        raise _Fallback
-    return (
-        cluster,
-        name,
-        _text(props.namespace),
-        aggregation,
-        hour,
-        start,
-        end,
-        q(item.minutes),
-        _text(props.controller_kind),
-        _text(props.controller),
-        _text(props.pod),
-        _text(props.container),
-        _text(props.node),
-        labels,
-        q(item.cpu_core_request_average),
-        q(item.cpu_core_usage_average),
-        q(item.cpu_core_hours),
-        q(item.gpu_count),
-        q(item.gpu_hours),
-        q(gpu_usage),
-        q(item.ram_byte_request_average),
-        q(item.ram_byte_usage_average),
-        q(item.ram_byte_hours),
-        q(item.pv_byte_hours),
-        q(item.network_transfer_bytes),
-        q(item.network_receive_bytes),
-    )
-
-
 def _plain_bytes(body: bytes) -> None:
     """Refuse bytes `json` would read differently from msgspec (bad UTF-8, huge integers)."""
     if not body.isascii():
@@ -196,25 +104,6 @@ def _plain_bytes(body: bytes) -> None:
             raise _Fallback from exc
     if body.translate(_DIGITS_AS_ZERO).find(_LONG_DIGIT_RUN) >= 0:
         raise _Fallback
-
-
-def _fast_rows(body: bytes, cluster: str, aggregation: str, hour: dt.datetime) -> list[RowTuple]:
-    _plain_bytes(body)
-    try:
-        doc = _DECODER.decode(body)
-    except msgspec.MsgspecError as exc:
-        raise _Fallback from exc
-    if type(doc.code) is not int or doc.code != 200 or doc.data is None:
-        raise _Fallback
-    head, time = (cluster, aggregation), _time_reader(hour)
-    out: dict[str, RowTuple] = {}
-    for step in doc.data:
-        for name, item in step.items():
-            if len(name) > parse.MAX_TEXT or name in out:
-                raise _Fallback  # too long to name, or to be merged across steps
-            if not parse.is_idle(name):
-                out[name] = _row(name, item, head, hour, time)
-    return [out[name] for name in sorted(out)]
 
 
 def exact_rows(
@@ -237,16 +126,6 @@ def as_tuple(row: allocation.AllocationRow) -> RowTuple:
     values = [getattr(row, name) for name in ROW_FIELDS]
     values[ROW_FIELDS.index("labels")] = dict(row.labels)
     return tuple(values)
-
-
-def rows(
-    body: bytes, *, cluster: str, aggregation: str, hour: dt.datetime, query: str = ""
-) -> list[RowTuple]:
-    """The hour's rows in name order, exactly as `exact_rows` gives them (or its error)."""
-    try:
-        return _fast_rows(body, cluster, aggregation, hour)
-    except _Fallback:
-        return exact_rows(body, cluster=cluster, aggregation=aggregation, hour=hour, query=query)
 
 
 # ----------------------------------------------------------------------------- row lines

@@ -1,8 +1,8 @@
-"""The fast decoder gives exactly the exact parser's rows, or refuses with its very error.
+"""The fast decoder gives exactly the exact parser's `COPY` lines, or refuses with its very error.
 
-The oracle is `fastparse.exact_rows` (`parse.decode` + `parse.rows` + `parse.check_hour`, the
-path every earlier release used); for `COPY` lines (`fastparse.lines`) it is those rows through
-`allocation.row_line`, byte for byte. Bodies come from hypothesis (OpenCost-shaped documents with
+The oracle is `fastparse.exact_lines`: `fastparse.exact_rows` (`parse.decode` + `parse.rows` +
+`parse.check_hour`, the path every earlier release used) through `allocation.row_line`, byte for
+byte. Bodies come from hypothesis (OpenCost-shaped documents with
 hostile values anywhere, and byte-level damage to a valid body) and from the real captures.
 """
 
@@ -12,7 +12,6 @@ import datetime as dt
 import json
 import pathlib
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -44,15 +43,6 @@ def to_json(value: Any) -> str:
     return json.dumps(value)
 
 
-def outcome(decode: Callable[..., list[Any]], body: bytes, hour: dt.datetime = HOUR) -> Any:
-    """The rows (values with their exact text), or the error's type and message."""
-    try:
-        found = decode(body, cluster="c", aggregation=AGGREGATION, hour=hour, query="q")
-    except Exception as exc:  # the oracle may raise anything; the fast path must match it
-        return ("error", type(exc).__name__, str(exc))
-    return [tuple(repr(v) for v in row) for row in found]
-
-
 def line_outcome(decode: Callable[..., fastparse.Lines], body: bytes, hour: dt.datetime) -> Any:
     """The names and `COPY` bytes, or the error's type and message."""
     try:
@@ -63,8 +53,7 @@ def line_outcome(decode: Callable[..., fastparse.Lines], body: bytes, hour: dt.d
 
 
 def assert_same(body: bytes, hour: dt.datetime = HOUR) -> None:
-    """Rows and `COPY` lines through the fast paths are the exact path's (or its error)."""
-    assert outcome(fastparse.rows, body, hour) == outcome(fastparse.exact_rows, body, hour)
+    """`COPY` lines through the fast path are the exact path's (or its error)."""
     exact = line_outcome(fastparse.exact_lines, body, hour)
     assert line_outcome(fastparse.lines, body, hour) == exact
 
@@ -216,9 +205,6 @@ def test_a_damaged_body_gives_the_exact_rows_or_the_exact_error(data: st.DataObj
 
 def test_the_fast_path_itself_decodes_a_plain_body() -> None:
     body = plain_body()
-    fast = fastparse._fast_rows(body, "c", AGGREGATION, HOUR)
-    assert [tuple(map(repr, r)) for r in fast] == outcome(fastparse.exact_rows, body)
-    assert fast[0][fastparse.ROW_FIELDS.index("ram_byte_hours")] == Decimal("1.5E+9")
     lines = fastparse._fast_lines(body, "c", AGGREGATION, HOUR)
     assert (lines.names, lines.text) == line_outcome(fastparse.exact_lines, body, HOUR)
     assert b"\t1.5E+9\t" in lines.text  # as `str(Decimal("1.5e9"))`, not the JSON text
@@ -285,12 +271,10 @@ def test_every_real_capture_decodes_as_the_exact_parser_does(capture: pathlib.Pa
     assert_same(raw, HOUR)
     assert_same(raw, HOUR - dt.timedelta(hours=1))
     # Moved onto 10:00 to 11:00 by editing only the timestamps: the fast path itself takes
-    # it (not the fallback) and gives the exact rows, numbers with their captured text.
+    # it (not the fallback) and gives the exact lines, numbers with their captured text.
     moved = raw.replace(b"T09:58:00Z", b"T10:00:00Z").replace(b"T10:58:00Z", b"T11:00:00Z")
-    fast = fastparse._fast_rows(moved, "c", AGGREGATION, HOUR)
-    assert fast
-    assert [tuple(map(repr, r)) for r in fast] == outcome(fastparse.exact_rows, moved)
     lines = fastparse._fast_lines(moved, "c", AGGREGATION, HOUR)
+    assert lines.names
     assert (lines.names, lines.text) == line_outcome(fastparse.exact_lines, moved, HOUR)
 
 
@@ -299,6 +283,5 @@ def test_replay_answers_decode_alike_through_both_paths() -> None:
     server = opencost_replay.ReplayServer(source)
     params = {"window": "2026-10-03T10:00:00Z,2026-10-03T11:00:00Z", "aggregate": AGGREGATION}
     _, _, body = server.answer("/allocation/compute", params)
-    assert fastparse._fast_rows(body, "c", AGGREGATION, HOUR)
     assert fastparse._fast_lines(body, "c", AGGREGATION, HOUR).names
     assert_same(body)
