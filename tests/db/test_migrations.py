@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -230,27 +231,68 @@ class TestUpgrades:
         either side, before 1970 and before the date_bin origin, BC, ±infinity)."""
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             o, s, _ = _charge_across(conn, "charge_hour_check")
-            outcomes = set()
-            for i, (instant, shift) in enumerate(_EDGE_HOURS):
-                hour = conn.execute(
-                    "SELECT (%s::timestamptz + %s::interval)::text", (instant, shift)
-                ).fetchone()
-                assert hour is not None
-                old = conn.execute(
-                    "SELECT extract(epoch FROM %s::timestamptz) %% 3600 = 0", hour
-                ).fetchone()
-                assert old is not None
-                try:
-                    with conn.transaction():
-                        conn.execute(_CHARGE_AT, (f"edge-{i}", hour[0], o, s))
-                    accepted = True
-                except psycopg.errors.CheckViolation as exc:
-                    assert exc.diag.constraint_name == "subscription_charges_hour_check"
-                    accepted = False
-                assert accepted == old[0], (instant, shift)
-                outcomes.add(accepted)
-            assert outcomes == {True, False}
+            _accepts_the_hours_0001_accepted(
+                conn,
+                lambda i, hour: conn.execute(_CHARGE_AT, (f"edge-{i}", hour, o, s)),
+                "subscription_charges_hour_check",
+            )
             conn.execute("TRUNCATE subscription_charges, subscription_versions, offering_versions")
+
+    def test_allocation_hour_check_keeps_the_ledger_and_accepts_exactly_the_same_hours(
+        self, pg_dsn: str
+    ) -> None:
+        """0008 does for allocations what 0007 did for charges: every allocation row and the
+        constraint's name are kept, and it accepts exactly the hours 0001's check accepted
+        (the same edge values)."""
+        shipped = migrate.load()
+        at = [m.name for m in shipped].index("allocation_hour_check")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            migrate.apply(conn, shipped[:at])
+            book = builders.pricebook(conn)
+            rows = [builders.alloc(f"team-a/web-{i}/app", at=i % 3) for i in range(6)]
+            allocations.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
+            before = conn.execute(_ALLOCATIONS).fetchall()
+            assert [m.version for m in migrate.apply(conn)] == shipped_versions()[at:]
+            assert conn.execute(_ALLOCATIONS).fetchall() == before
+            _accepts_the_hours_0001_accepted(
+                conn,
+                lambda i, hour: conn.execute(_ALLOCATION_AT, (hour, f"edge-{i}", book)),
+                "provider_allocations_hour_check",
+            )
+            assert conn.execute(
+                "SELECT count(*) FROM pg_constraint WHERE contype = 'c'"
+                " AND pg_get_constraintdef(oid) ILIKE '%extract%epoch%'"
+            ).fetchone() == (0,)
+            conn.execute("TRUNCATE provider_allocations, pricebooks")
+
+
+def _accepts_the_hours_0001_accepted(
+    conn: psycopg.Connection[Any],
+    write: Callable[[int, str], object],
+    constraint: str,
+) -> None:
+    """`write(i, hour)` a row at each of the edge hours; it must be accepted exactly when
+    0001's `extract(epoch FROM hour) % 3600 = 0` holds, and refused by `constraint`."""
+    outcomes = set()
+    for i, (instant, shift) in enumerate(_EDGE_HOURS):
+        hour = conn.execute(
+            "SELECT (%s::timestamptz + %s::interval)::text", (instant, shift)
+        ).fetchone()
+        assert hour is not None
+        old = conn.execute(
+            "SELECT extract(epoch FROM %s::timestamptz) %% 3600 = 0", hour
+        ).fetchone()
+        assert old is not None
+        try:
+            with conn.transaction():
+                write(i, hour[0])
+            accepted = True
+        except psycopg.errors.CheckViolation as exc:
+            assert exc.diag.constraint_name == constraint
+            accepted = False
+        assert accepted == old[0], (instant, shift)
+        outcomes.add(accepted)
+    assert outcomes == {True, False}
 
 
 # Around the hour grid at several places on the time line, as (instant, shift); not within
@@ -277,6 +319,13 @@ _CHARGE_AT = """
         unit_price_micros, amount_micros, currency, finalized, offering_version_id,
         subscription_version_id)
     VALUES ('default', %s, %s::timestamptz, 'subscription', 1, 5, 5, 'USD', true, %s, %s)
+"""
+
+_ALLOCATION_AT = """
+    INSERT INTO provider_allocations (cluster, hour, namespace, name, aggregation, start_time,
+        end_time, pricebook_id, currency)
+    VALUES ('default', %s::timestamptz, 'team-e', %s, 'namespace,pod,container',
+        '2026-04-01T00:00:00Z', '2026-04-01T01:00:00Z', %s, 'USD')
 """
 
 _ALLOCATIONS = "SELECT * FROM provider_allocations ORDER BY cluster, hour, namespace, name"
