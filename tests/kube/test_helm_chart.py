@@ -20,6 +20,7 @@ import yaml
 from tests.kube import _helm
 
 from finops import operator
+from finops.controller import config
 from finops.devenv import controlplane
 
 CRDS = _helm.REPO / "deploy" / "crds"
@@ -46,6 +47,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "mto": {"controllerManager": {"manager": {"env": {"mtoEnabled": "true"}}}},
     "starter-resources": STARTERS,
     "webhooks-off": {"webhook": {"enabled": False}},
+    "workers": {"controllerManager": {"manager": {"env": {"finopsWorkers": 8}}}},
     "gateway-off": {"finopsGatewayGateway": {"enabled": False}},
     "gateway-open-with-ingress": {
         "finopsGatewayGateway": {"finopsGatewayContainer": {"env": {"enableAuth": "false"}}},
@@ -325,6 +327,9 @@ def _manager_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(container)
 
 
+_CONFIG_REQUIRED = {name: "x" for name in config.REQUIRED}
+
+
 def _manager_env(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in _manager_container(objects)["env"]}
 
@@ -353,6 +358,28 @@ class TestManagerDeployment:
         assert env["JOB_SERVICE_ACCOUNT"]["value"] == job_sa["metadata"]["name"]
         container = _manager_container(objects)
         assert env["OPERATOR_IMAGE"]["value"] == container["image"]
+
+    def test_workers_reach_the_manager_only_when_set(self, tmp_path: pathlib.Path) -> None:
+        """Unset, the manager's own default applies; set (a YAML number or a string), the
+        value reaches FINOPS_WORKERS as the manager reads it; 0 is passed on, not dropped,
+        so the manager refuses it by name instead of quietly running its default."""
+        assert "FINOPS_WORKERS" not in _manager_env(render({}, tmp_path))
+
+        def workers(value: object) -> dict[str, Any]:
+            values = {"controllerManager": {"manager": {"env": {"finopsWorkers": value}}}}
+            return _manager_env(render(values, tmp_path)).get("FINOPS_WORKERS", {})
+
+        assert workers("") == {}
+        assert workers(None) == {}
+        for value, expected in ((8, "8"), ("6", "6"), (1, "1")):
+            entry = workers(value)
+            assert entry == {"name": "FINOPS_WORKERS", "value": expected}
+            env = {**_CONFIG_REQUIRED, "FINOPS_WORKERS": entry["value"]}
+            assert config.from_env(env).workers == int(expected)
+        zero = workers(0)
+        assert zero == {"name": "FINOPS_WORKERS", "value": "0"}
+        with pytest.raises(config.ConfigError, match="FINOPS_WORKERS"):
+            config.from_env({**_CONFIG_REQUIRED, "FINOPS_WORKERS": zero["value"]})
 
     def test_mto_mode_sets_the_flag_and_grants_the_opencost_resource(
         self, tmp_path: pathlib.Path

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 from collections.abc import Mapping
 
 REQUIRED = (
@@ -17,6 +18,7 @@ REQUIRED = (
     "OPENCOST_DEPLOYMENT_NAMESPACE",
 )
 DEFAULT_JOB_SERVICE_ACCOUNT = "finops-operator-job"
+DEFAULT_WORKERS = 4
 _SA_NAMESPACE_FILE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -43,7 +45,7 @@ class Settings:
     costjob_allowed_namespaces: frozenset[str] = frozenset()
     resync_seconds: float = 300.0
     lease_duration_seconds: float = 15.0
-    workers: int = 4
+    workers: int = DEFAULT_WORKERS
     """Reconciles in flight (`FINOPS_WORKERS`). Each one mostly waits on the API server, so a
     burst of creates converges faster with four than with two; eight measured slower (more
     passes deciding from a relative's state that is about to change)."""
@@ -64,6 +66,31 @@ def _own_namespace(env: Mapping[str, str]) -> str:
         return "default"
 
 
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number of seconds, or `default` when unset or blank."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+
+
+def _workers(env: Mapping[str, str]) -> int:
+    """`FINOPS_WORKERS`: a whole number of at least 1, or 4 when unset or blank.
+
+    Zero, a negative count or a fraction is refused rather than quietly turned into some
+    count, so a mistyped value stops the manager with the variable's name.
+    """
+    raw = env.get("FINOPS_WORKERS", "").strip()
+    if not raw:
+        return DEFAULT_WORKERS
+    if not re.fullmatch(r"[0-9]+", raw) or int(raw) < 1:
+        raise ConfigError(f"FINOPS_WORKERS must be a whole number of at least 1, got {raw!r}")
+    return int(raw)
+
+
 def from_env(env: Mapping[str, str]) -> Settings:
     """Build settings or raise `ConfigError` naming the first missing required variable."""
     for name in REQUIRED:
@@ -76,12 +103,9 @@ def from_env(env: Mapping[str, str]) -> Settings:
         if allowed_raw
         else frozenset({own})
     )
-    try:
-        resync = float(env.get("FINOPS_RESYNC_SECONDS", "") or 300.0)
-        lease = float(env.get("FINOPS_LEASE_DURATION_SECONDS", "") or 15.0)
-        workers = int(env.get("FINOPS_WORKERS", "") or 4)
-    except ValueError as exc:
-        raise ConfigError(f"bad numeric setting: {exc}") from exc
+    resync = _seconds(env, "FINOPS_RESYNC_SECONDS", 300.0)
+    lease = _seconds(env, "FINOPS_LEASE_DURATION_SECONDS", 15.0)
+    workers = _workers(env)
     return Settings(
         postgres_dsn=env["POSTGRES_CONNECTION_STRING"],
         opencost_url=env["OPENCOST_CONNECTION_STRING"].strip(),
@@ -98,5 +122,5 @@ def from_env(env: Mapping[str, str]) -> Settings:
         costjob_allowed_namespaces=allowed,
         resync_seconds=resync,
         lease_duration_seconds=lease,
-        workers=max(1, workers),
+        workers=workers,
     )

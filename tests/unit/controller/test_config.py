@@ -42,3 +42,33 @@ def test_bind_addresses() -> None:
     assert serving.parse_bind_address(":8081") == ("0.0.0.0", 8081)
     assert serving.parse_bind_address("127.0.0.1:9") == ("127.0.0.1", 9)
     assert serving.parse_bind_address("0") is None
+
+
+@pytest.mark.parametrize(("value", "workers"), [(None, 4), ("", 4), (" ", 4), ("1", 1), ("8", 8)])
+def test_workers_default_to_four_and_take_a_positive_count(value: str | None, workers: int) -> None:
+    env = FULL if value is None else {**FULL, "FINOPS_WORKERS": value}
+    assert config.from_env(env).workers == workers
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "2.5", "four", "1e2", "4_0", "+4", "٣"])
+def test_a_worker_count_that_is_not_a_positive_whole_number_is_refused_by_name(
+    value: str,
+) -> None:
+    with pytest.raises(config.ConfigError, match="FINOPS_WORKERS") as caught:
+        config.from_env({**FULL, "FINOPS_WORKERS": value})
+    assert repr(value) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "field"),
+    [
+        ("FINOPS_RESYNC_SECONDS", "resync_seconds"),
+        ("FINOPS_LEASE_DURATION_SECONDS", "lease_duration_seconds"),
+    ],
+)
+def test_a_duration_is_read_and_one_that_is_not_a_number_is_refused_by_name(
+    name: str, field: str
+) -> None:
+    assert getattr(config.from_env({**FULL, name: "7.5"}), field) == 7.5
+    with pytest.raises(config.ConfigError, match=name):
+        config.from_env({**FULL, name: "5m"})
