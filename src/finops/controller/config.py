@@ -7,6 +7,7 @@ the rest have documented defaults. Only the exact string "true" turns MTO mode o
 from __future__ import annotations
 
 import dataclasses
+import math
 import pathlib
 import re
 from collections.abc import Mapping
@@ -67,14 +68,21 @@ def _own_namespace(env: Mapping[str, str]) -> str:
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    """A number of seconds, or `default` when unset or blank."""
+    """A positive, finite number of seconds, or `default` when unset or blank.
+
+    Zero, a negative or a non-finite value would make the resync loop spin or the lease
+    never expire, so it is refused by name like text that is not a number.
+    """
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{name} must be a positive number of seconds, got {raw!r}")
+    return value
 
 
 def _workers(env: Mapping[str, str]) -> int:

@@ -66,9 +66,11 @@ def test_a_worker_count_that_is_not_a_positive_whole_number_is_refused_by_name(
         ("FINOPS_LEASE_DURATION_SECONDS", "lease_duration_seconds"),
     ],
 )
-def test_a_duration_is_read_and_one_that_is_not_a_number_is_refused_by_name(
+def test_a_duration_is_read_and_one_not_positive_and_finite_is_refused_by_name(
     name: str, field: str
 ) -> None:
     assert getattr(config.from_env({**FULL, name: "7.5"}), field) == 7.5
-    with pytest.raises(config.ConfigError, match=name):
-        config.from_env({**FULL, name: "5m"})
+    for bad in ("5m", "0", "-1", "nan", "inf"):
+        with pytest.raises(config.ConfigError, match=name) as caught:
+            config.from_env({**FULL, name: bad})
+        assert repr(bad) in str(caught.value)
