@@ -9,6 +9,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from finops.store import charges
 from tests.db import builders
@@ -197,6 +199,54 @@ class TestSums:
             conn, cluster=CLUSTER, subscription_uids=["sub-uid-1"], start=hour(0), end=hour(1)
         )
         assert totals == {"sub-uid-1": {"subscription": 40_000_000}}
+
+    @settings(
+        max_examples=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(
+        cells=st.lists(
+            st.tuples(
+                st.sampled_from(["sub-uid-1", "sub-uid-2", "sub-uid-3"]),
+                st.integers(0, 9),
+                st.sampled_from(["subscription", "cpuHour", "ramGbHour"]),
+                st.integers(0, 10**12),
+                st.booleans(),
+            ),
+            max_size=40,
+        ),
+        edges=st.lists(st.integers(-1, 11), min_size=1, max_size=5),
+    )
+    def test_window_sums_are_the_sums_of_each_window(
+        self,
+        conn: psycopg.Connection[Any],
+        versions: Versions,
+        cells: list[tuple[str, int, str, int, bool]],
+        edges: list[int],
+    ) -> None:
+        """The charge run's read-back (one query, a FILTER per window) against one `sums`
+        per window: windows that touch, overlap, are empty or hold nothing."""
+        conn.execute("TRUNCATE subscription_charges")
+        rows = {
+            (uid, h, source): dataclasses.replace(
+                fee(h, versions, uid=uid, finalized=final), source=source, amount_micros=amount
+            )
+            for uid, h, source, amount, final in cells
+        }
+        write(conn, list(rows.values()))
+        windows = [
+            (hour(a), hour(b)) for a, b in zip(edges, [*edges[1:], edges[0] + 2], strict=True)
+        ]
+        uids = ["sub-uid-1", "sub-uid-2", "sub-uid-9"]
+        one = charges.window_sums(conn, cluster=CLUSTER, subscription_uids=uids, windows=windows)
+        each = [
+            charges.sums(conn, cluster=CLUSTER, subscription_uids=uids, start=s, end=e)
+            if s < e
+            else {}
+            for s, e in windows
+        ]
+        assert one == each
 
     def test_charges_roll_up_per_tenant_through_their_subscription_version(
         self, conn: psycopg.Connection[Any], versions: Versions

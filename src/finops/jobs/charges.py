@@ -114,12 +114,7 @@ def read_settled(
     """What the ledger holds for each Subscription's three buckets, fee rows included: on the
     `FromDB` path every `current` is this sum, never a recomputation."""
     spans = charges.ledger_windows(scheduled)
-    sums = [
-        store_charges.sums(conn, cluster=cluster, subscription_uids=uids, start=s, end=e)
-        if s < e
-        else {}
-        for s, e in spans
-    ]
+    sums = store_charges.window_sums(conn, cluster=cluster, subscription_uids=uids, windows=spans)
     return {uid: charges.settled_charges(spans, [w.get(uid, {}) for w in sums]) for uid in uids}
 
 

@@ -9,7 +9,7 @@ rewritten and may be promoted to finalized. Functions run in the caller's transa
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -175,6 +175,49 @@ def sums(
     result: dict[str, dict[str, int]] = {}
     for uid, source, total in rows:
         result.setdefault(str(uid), {})[str(source)] = int(total)
+    return result
+
+
+def window_sums(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    subscription_uids: Collection[str],
+    windows: Sequence[tuple[dt.datetime, dt.datetime]],
+) -> list[dict[str, dict[str, int]]]:
+    """`sums` for each of several windows, in one query: the read-back of a charge
+    run (three windows) scans the Subscriptions' rows once instead of once per window. An
+    empty window (start >= end) sums to {}."""
+    for start, end in windows:
+        for value, what in ((start, "start"), (end, "end")):
+            if value.tzinfo is None or value.utcoffset() is None:
+                raise ValueError(f"{what} must be timezone-aware, got {value!r}")
+    spans = [(s, e) for s, e in windows if s < e]
+    result: list[dict[str, dict[str, int]]] = [{} for _ in windows]
+    if not spans:
+        return result
+    filters = ", ".join(
+        f"sum(amount_micros) FILTER (WHERE hour >= %(s{i})s AND hour < %(e{i})s)"
+        for i in range(len(spans))
+    )
+    params: dict[str, Any] = {"cluster": cluster, "uids": list(subscription_uids)}
+    for i, (s, e) in enumerate(spans):
+        params[f"s{i}"], params[f"e{i}"] = s, e
+    bounds = " OR ".join(f"(hour >= %(s{i})s AND hour < %(e{i})s)" for i in range(len(spans)))
+    rows = conn.execute(
+        f"""
+        SELECT subscription_uid, source, {filters} FROM subscription_charges
+        WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
+          AND hour >= %(lo)s AND hour < %(hi)s AND ({bounds})
+        GROUP BY subscription_uid, source
+        """.encode(),
+        {**params, "lo": min(s for s, _ in spans), "hi": max(e for _, e in spans)},
+    ).fetchall()
+    where = [i for i, (s, e) in enumerate(windows) if s < e]
+    for uid, source, *totals in rows:
+        for i, total in zip(where, totals, strict=True):
+            if total is not None:
+                result[i].setdefault(str(uid), {})[str(source)] = int(total)
     return result
 
 
