@@ -187,17 +187,19 @@ class FeeSchedule:
         first, last = ticks.utc(start), ticks.utc(end)
         if not (ticks.is_whole_hour(first) and ticks.is_whole_hour(last)):
             raise ValueError("hourly windows must start and end on whole UTC hours")
-        opening, price = self.opening_tick_micros, self.spec.price_micros
+        opening, price, snapped = self.opening_tick_micros, self.spec.price_micros, self.end
+        edges = [first + ticks.HOUR * i for i in range(max(0, (last - first) // ticks.HOUR) + 1)]
+        # `billed_ticks` of every hour edge at once: the deactivation clamp, then one count.
+        counts = self.clock.counts(
+            [t if snapped is None or t <= snapped else snapped for t in edges]
+        )
         rows: list[tuple[dt.datetime, int, int]] = []
-        hour = first
-        n_before = self.billed_ticks(hour)
+        n_before = counts[0]
         before = 0 if n_before == 0 else opening + (n_before - 1) * price
-        while hour < last:
-            following = hour + ticks.HOUR
-            n_after = self.billed_ticks(following)
+        for hour, n_after in zip(edges[:-1], counts[1:], strict=True):
             after = 0 if n_after == 0 else opening + (n_after - 1) * price
             rows.append((hour, n_after - n_before, after - before))
-            hour, n_before, before = following, n_after, after
+            n_before, before = n_after, after
         return rows
 
     def min_periods_elapsed(self, now: dt.datetime) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+from collections.abc import Sequence
 
 from finops.api import models
 
@@ -166,6 +167,23 @@ class TickClock:
             first = self._first_midnight
             return 0 if t < first else (t - first) // self._step + 1
         return max(0, (month_index(t) - month_index(a)) // self.amount)
+
+    def counts(self, times: Sequence[dt.datetime]) -> list[int]:
+        """`count` of each of `times`, with the alignment's constants (step, first boundary)
+        worked out once: a charge run counts about 25 instants for each of thousands of fees,
+        and `count` rebuilt them for every instant (a test holds the two equal)."""
+        a = self.activated_at
+        if self.alignment is TickAlignment.ACTIVATED_AT:
+            step = self._step
+            return [0 if t <= a else (t - a) // step for t in times]
+        if self.alignment is TickAlignment.HOUR_BOUNDARY:
+            step = self._step
+            base = (a - EPOCH) // step
+            return [0 if t <= a else (t - EPOCH) // step - base for t in times]
+        if self.alignment is TickAlignment.DAY_BOUNDARY:
+            step, first = self._step, self._first_midnight
+            return [0 if t <= a or t < first else (t - first) // step + 1 for t in times]
+        return [self.count(t) for t in times]
 
     def boundary(self, n: int) -> dt.datetime:
         """The `n`-th boundary after activation (`n` >= 1)."""

@@ -294,3 +294,24 @@ def test_the_snap_never_charges_a_partial_final_tick(
     assert total == running.accrued(ended.end)
     # A deactivation already on a boundary stays there.
     assert spec.schedule(activated, ended.end).end == ended.end
+
+
+@settings(deadline=None)
+@given(SPECS, ACTIVATIONS, LIFETIMES, OFFSETS, st.integers(0, 60))
+def test_hourly_ticks_are_the_hourly_fee_with_the_ticks_each_hour_closes(
+    spec: fees.FeeSpec,
+    activated: dt.datetime,
+    life: dt.timedelta | None,
+    offset: dt.timedelta,
+    hours: int,
+) -> None:
+    """The charge run's fee rows (`hourly_ticks`, counted in one batch) against `hourly` and
+    `billed_ticks` hour by hour, over windows before, across and after the deactivation."""
+    schedule = schedule_of(spec, activated, life)
+    start = ticks.floor_hour(activated + offset - dt.timedelta(days=1))
+    end = start + hours * HOUR
+    expected = [
+        (hour, schedule.billed_ticks(hour + HOUR) - schedule.billed_ticks(hour), micros)
+        for hour, micros in schedule.hourly(start, end)
+    ]
+    assert schedule.hourly_ticks(start, end) == expected

@@ -161,3 +161,26 @@ def test_the_snap_is_the_first_boundary_at_or_after_the_instant(
     assert n >= 1 and c.boundary(n) == snapped
     # No boundary lies in [t, snapped): the previous one is before t.
     assert n == 1 or c.boundary(n - 1) < t
+
+
+@settings(deadline=None)
+@given(
+    ALIGNED_PERIODS,
+    INSTANTS,
+    st.lists(
+        st.tuples(
+            st.timedeltas(min_value=-dt.timedelta(days=40), max_value=dt.timedelta(days=900)),
+            st.integers(-12, 12),
+        ),
+        max_size=30,
+    ),
+)
+def test_counts_is_count_of_each_instant(
+    terms: tuple[str, str], activated: dt.datetime, offsets: list[tuple[dt.timedelta, int]]
+) -> None:
+    """The batched count a fee's hourly rows use, against `count` one instant at a time
+    (instants before activation, on boundaries, written in other zones)."""
+    c = ticks.TickClock.create(terms[0], terms[1], activated)
+    times = [(activated + o).astimezone(dt.timezone(dt.timedelta(hours=z))) for o, z in offsets]
+    times += [c.boundary(n) for n in (1, 2, 3)] + [activated]
+    assert c.counts(times) == [c.count(t) for t in times]
