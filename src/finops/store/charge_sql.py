@@ -28,6 +28,7 @@ import datetime as dt
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from finops.billing import usage
 from finops.collection import charge_plan
@@ -135,22 +136,36 @@ _FRESH = """
 """
 
 
+# The fee rows are copied as the plan made them (`charge_plan.FeeRow`); the cluster and the
+# source, the same in every row, come from the temporary tables' defaults (`_FEE_DEFAULTS`)
+# instead of being added to each of tens of thousands of rows in Python and sent with it.
+_FEE_COLUMNS = (
+    "subscription_uid, hour, quantity, unit_price_micros, amount_micros, currency, finalized,"
+    " offering_version_id, subscription_version_id"
+)
+_FEE_TYPES = ["text", "timestamptz", "numeric", "int8", "int8", "text", "bool", "int8", "int8"]
+_FEE_DEFAULTS = """
+    ALTER TABLE {table} ALTER cluster SET DEFAULT {cluster},
+        ALTER source SET DEFAULT 'subscription'
+"""
+
+
 def _copy_fees(
     conn: psycopg.Connection[Any], cluster: str, tables: charge_plan.Tables, touched: set[str]
 ) -> int:
     """The fee rows by binary COPY: those of fresh Subscriptions to `charge_fresh_fees` (they
     reach the ledger with the usage rows, in one ordered INSERT), the others to the staging
     table for the merge. Returns how many are fresh."""
-    rows = [
-        (cluster, uid, hour, "subscription", ticks, price, amount, cur, final, ov, sv)
-        for uid, hour, ticks, price, amount, cur, final, ov, sv in tables.fees
-    ]
-    staged = [r for r in rows if r[1] in touched]
-    fresh = [r for r in rows if r[1] not in touched] if touched else rows
-    if staged:
-        _copy(conn, "charge_stage", _STAGE_COLUMNS, _STAGE_TYPES, staged)
-    if fresh:
-        _copy(conn, "charge_fresh_fees", _STAGE_COLUMNS, _STAGE_TYPES, fresh)
+    rows = tables.fees
+    staged = [r for r in rows if r[0] in touched]
+    fresh = [r for r in rows if r[0] not in touched] if touched else rows
+    for table, part in (("charge_stage", staged), ("charge_fresh_fees", fresh)):
+        if part:
+            defaults = sql.SQL(_FEE_DEFAULTS).format(
+                table=sql.Identifier(table), cluster=sql.Literal(cluster)
+            )
+            conn.execute(defaults)
+            _copy(conn, table, _FEE_COLUMNS, _FEE_TYPES, part)
     return len(fresh)
 
 
