@@ -294,6 +294,9 @@ _METERS = {
 # part in the active interval are not billed. The test is a CASE (len is never negative), not
 # `(len > 0 AND cov > 0) OR (len = 0 AND instant_in)`: from that OR the planner derived a
 # filter on len alone and computed it from the epochs of every allocation row it scanned.
+# The span also takes its Subscription's version ids and its hour's currency here, once per
+# span, and carries them through the grouping (they are the same for the whole group): the
+# charge rows then need no join after the roundings.
 _COVERED = """
     covered AS (
         SELECT g.*, greatest(0, (extract(epoch FROM g.end_time)
@@ -303,8 +306,11 @@ _COVERED = """
                             - extract(epoch FROM greatest(g.start_time, s.activated)))
                            * 1000000) AS cov,
                g.start_time >= s.activated
-                   AND (s.deactivated IS NULL OR g.start_time < s.deactivated) AS instant_in
+                   AND (s.deactivated IS NULL OR g.start_time < s.deactivated) AS instant_in,
+               s.offering_version_id AS ov, s.subscription_version_id AS sv,
+               coalesce(hc.currency, %(fee_currency)s) AS currency
         FROM grouped g JOIN charge_subs s USING (uid)
+        LEFT JOIN charge_hour_currency hc ON hc.hour = g.hour
     ), billed AS (
         SELECT c.*, CASE WHEN c.len = 0 THEN 0 ELSE c.cov END AS w, c.cov <> c.len AS trimmed
         FROM covered c
@@ -341,7 +347,7 @@ def _priced(meters: dict[str, _Meter]) -> str:
         else:
             cols.append(f"g.{s} * g.w AS {s}_x")
     return f"""priced AS (
-        SELECT g.uid, g.hour, g.len, {", ".join(cols)}
+        SELECT g.uid, g.hour, g.ov, g.sv, g.currency, g.len, {", ".join(cols)}
         FROM billed g JOIN margins mm USING (uid) JOIN pricebooks p ON p.id = g.pricebook_id
     )"""
 
@@ -367,9 +373,10 @@ def _sums(meters: dict[str, _Meter]) -> str:
             arrays = f"t.{s}_ys, t.{s}_yas, t.{s}_lens"
         rows.append(f"('{name}', %({m.den})s::numeric, t.{s}_on, t.{s}_r, t.{s}_ra, {arrays})")
     return f"""sums AS (
-        SELECT uid, hour, {", ".join(cols)} FROM priced GROUP BY uid, hour
+        SELECT uid, hour, ov, sv, currency, {", ".join(cols)} FROM priced
+        GROUP BY uid, hour, ov, sv, currency
     ), unpivoted AS (
-        SELECT t.uid, t.hour, v.* FROM sums t CROSS JOIN LATERAL (
+        SELECT t.uid, t.hour, t.ov, t.sv, t.currency, v.* FROM sums t CROSS JOIN LATERAL (
             VALUES {", ".join(rows)}) v (meter, den, priced, r, ra, ys, yas, lens)
         WHERE v.priced
     )"""
@@ -383,7 +390,8 @@ _EXACT = """
                CASE WHEN s.ys IS NULL THEN 0 ELSE (finops_fraction_sum(s.yas, s.lens)).n END AS fa
         FROM unpivoted s
     ), exact AS (
-        SELECT f.uid, f.hour, f.meter, f.den, f.d, f.r * f.d + f.fq AS q, f.ra * f.d + f.fa AS a
+        SELECT f.uid, f.hour, f.ov, f.sv, f.currency, f.meter, f.den, f.d,
+               f.r * f.d + f.fq AS q, f.ra * f.d + f.fa AS a
         FROM fractions f
     )
 """
@@ -421,12 +429,11 @@ _USAGE = f"""
            {_half_even("e.tq", "e.nq", "e.dq")} * 0.000000000001,
            CASE WHEN e.q = 0 THEN 0 ELSE {_half_even("e.tu", "e.a", "e.du")} END,
            {_half_even("e.ta", "e.a", "e.da")},
-           coalesce(hc.currency, %(fee_currency)s),
+           e.currency,
            e.hour < %(scheduled)s::timestamptz AND (%(boundary)s::timestamptz IS NULL
                                        OR e.hour < %(boundary)s::timestamptz),
-           s.offering_version_id, s.subscription_version_id
-    FROM divided e JOIN charge_subs s USING (uid)
-    LEFT JOIN charge_hour_currency hc ON hc.hour = e.hour
+           e.ov, e.sv
+    FROM divided e
 """
 
 
