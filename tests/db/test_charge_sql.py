@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import threading
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -24,6 +26,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from finops.collection import charge_plan, charges
+from finops.jobs import charges as job
 from finops.store import allocations, charge_inputs, charge_sql, unit
 from finops.store import charges as store_charges
 
@@ -349,3 +352,73 @@ def test_half_even_from_the_quotient_is_the_function(
             (num, den),
         ).fetchone()
     assert row is not None and row[0] == row[1]
+
+
+def test_a_run_uses_the_versions_another_run_recorded_meanwhile(ledger_dsn: str) -> None:
+    """The charge run's version mirror when another run records some of the same versions
+    between its lookup and its insert: its insert skips them (they return no id), so it
+    reads them back, and every charge row points at the one recorded version."""
+    fee = {"priceMicros": 1_000_000, "tickAlignment": "HourBoundary", "period": "1"}
+    items = billed(
+        [
+            {
+                "uid": f"sub-{i}",
+                "activated": T0,
+                "deactivated": None,
+                "sources": [{"namespace": "ns-a"}],
+                "pricing": {"subscriptionFee": fee},
+            }
+            for i in range(3)
+        ]
+    )
+    pids: list[int] = []
+    outcome: list[Any] = []
+
+    def first_run() -> None:
+        try:
+            with unit.connect(ledger_dsn) as conn:
+                pids.append(conn.info.backend_pid)
+                outcome.append(job.charge(conn, cluster=CLUSTER, scheduled=SCHEDULED, billed=items))
+        except BaseException as exc:  # reported by the assertion below
+            outcome.append(exc)
+
+    with unit.connect(ledger_dsn) as other, unit.connect(ledger_dsn) as watch:
+        # The other run records one Subscription's Offering and Subscription versions, not yet
+        # committed: the first run's lookup does not see them and its insert waits on them.
+        with other.transaction():
+            theirs_o = charge_inputs.add_offering_versions(
+                other, cluster=CLUSTER, versions=charge_plan.offering_versions(items[:1]).values()
+            )
+            theirs_s = charge_inputs.add_subscription_versions(
+                other,
+                cluster=CLUSTER,
+                versions=charge_plan.subscription_versions(items[:1]).values(),
+            )
+            worker = threading.Thread(target=first_run)
+            worker.start()
+            waiting = False
+            for _ in range(2400):  # until the first run's insert waits on the other's rows
+                row = watch.execute(
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                    (pids[0] if pids else -1,),
+                ).fetchone()
+                if row is not None and row[0]:
+                    waiting = True
+                    break
+                if outcome:
+                    break
+                time.sleep(0.05)
+            assert waiting, f"the first run never waited on the other run's versions: {outcome}"
+        worker.join()
+        assert len(outcome) == 1 and isinstance(outcome[0], job.LedgerResult), outcome
+        ids = watch.execute("SELECT uid, id FROM subscription_versions ORDER BY uid").fetchall()
+        assert [uid for uid, _ in ids] == ["sub-0", "sub-1", "sub-2"]
+        assert dict(ids)["sub-0"] == theirs_s[("sub-0", 1)]
+        offerings = dict(watch.execute("SELECT uid, id FROM offering_versions").fetchall())
+        assert sorted(offerings) == ["off-sub-0", "off-sub-1", "off-sub-2"]
+        assert offerings["off-sub-0"] == theirs_o[("off-sub-0", 1)]
+        used = watch.execute(
+            "SELECT DISTINCT subscription_uid, subscription_version_id, offering_version_id"
+            " FROM subscription_charges ORDER BY 1"
+        ).fetchall()
+        assert used == [(uid, vid, offerings[f"off-{uid}"]) for uid, vid in ids]
