@@ -5,8 +5,13 @@ table, the upsert and the key index cost on top of the cheapest possible load. B
 build the same Python values and commit; each figure is the best of `--repeat` runs into an
 emptied table. A replay (every row conflicting, nothing changing) is timed as well.
 
-    .venv/bin/python -m benchmarks.ledger_ingest            # throw-away cluster
-    .venv/bin/python -m benchmarks.ledger_ingest --dsn ...  # an existing empty database
+This is the exact reference path (`store.allocations.ingest`: parsed rows, staging, one
+merge), which the tests hold the allocation job's fast path to; the job itself is timed by
+`benchmarks.allocation_run`. Growth: `--scales` multiplies `--rows`, each size in a database
+of its own, and the cost per row is printed at each.
+
+    .venv/bin/python -m benchmarks.ledger_ingest            # throw-away cluster, ×1/×2/×4
+    .venv/bin/python -m benchmarks.ledger_ingest --dsn ... --scales 1  # an existing empty db
 """
 
 from __future__ import annotations
@@ -138,7 +143,8 @@ def run(dsn: str, count: int, repeat: int) -> dict[str, float]:
 
 
 def report(count: int, figures: dict[str, float]) -> Iterator[str]:
-    yield f"rows: {count}"
+    per_row = 1e6 / figures["ingest"]
+    yield f"rows: {count:,} ({per_row:.1f} µs per fresh row ingested)"
     yield f"raw COPY into a bare table:   {figures['raw']:>10,.0f} rows/s"
     yield f"ledger ingest (fresh rows):   {figures['ingest']:>10,.0f} rows/s"
     yield f"ledger ingest (replay):       {figures['replay']:>10,.0f} rows/s"
@@ -148,18 +154,31 @@ def report(count: int, figures: dict[str, float]) -> Iterator[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--rows", type=int, default=50_000, help="at scale 1")
+    parser.add_argument("--scales", default="1,2,4", help="comma-separated multipliers")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--dsn", help="an existing empty database (default: throw-away cluster)")
+    parser.add_argument("--dsn", help="an existing empty database (only with one scale)")
     args = parser.parse_args(argv)
+    scales = [int(s) for s in args.scales.split(",") if s.strip()]
+    if args.dsn and len(scales) != 1:
+        parser.error("--dsn takes one scale: each size needs an empty database")
+    per_row: list[tuple[int, float]] = []
     with ExitStack() as stack:
-        dsn: str | None = args.dsn
-        if dsn is None:
-            cluster = stack.enter_context(postgres.PostgresCluster())
-            dsn = cluster.create_database("ledger_bench")
-        figures = run(dsn, args.rows, args.repeat)
-    for line in report(args.rows, figures):
-        print(line)
+        cluster = None if args.dsn else stack.enter_context(postgres.PostgresCluster())
+        for scale in scales:
+            dsn = args.dsn or cluster.create_database(f"ledger_bench_{scale}")  # type: ignore[union-attr]
+            count = args.rows * scale
+            figures = run(dsn, count, args.repeat)
+            print(f"-- scale ×{scale}")
+            for line in report(count, figures):
+                print(line, flush=True)
+            per_row.append((scale, 1e6 / figures["ingest"]))
+    if len(per_row) > 1:
+        print("-- growth")
+        for scale, micros in per_row:
+            print(f"×{scale}: {micros:.1f} µs per fresh row")
+        (last, last_micros), (first, first_micros) = per_row[-1], per_row[0]
+        print(f"µs per row, ×{last} / ×{first}: {last_micros / first_micros:.2f}")
     return 0
 
 
