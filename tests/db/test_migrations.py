@@ -191,14 +191,8 @@ class TestUpgrades:
         statement keeps every allocation row, and an allocation still cannot point at a
         pricebook that is not there, on insert, merge or update, nor outlive its pricebook
         by DELETE or TRUNCATE."""
-        shipped = migrate.load()
-        at = [m.name for m in shipped].index("allocation_pricebook_check")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            migrate.apply(conn, shipped[:at])
-            book = builders.pricebook(conn)
-            rows = [builders.alloc(f"team-a/web-{i}/app", at=i % 3) for i in range(6)]
-            allocations.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
-            before = conn.execute(_ALLOCATIONS).fetchall()
+            book, rows, before = _allocations_before(conn, "allocation_pricebook_check")
             migrate.apply(conn)
             assert conn.execute(_ALLOCATIONS).fetchall() == before
             foreign_keys = conn.execute(
@@ -244,14 +238,9 @@ class TestUpgrades:
         """0008 does for allocations what 0007 did for charges: every allocation row and the
         constraint's name are kept, and it accepts exactly the hours 0001's check accepted
         (the same edge values)."""
-        shipped = migrate.load()
-        at = [m.name for m in shipped].index("allocation_hour_check")
+        at = [m.name for m in migrate.load()].index("allocation_hour_check")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            migrate.apply(conn, shipped[:at])
-            book = builders.pricebook(conn)
-            rows = [builders.alloc(f"team-a/web-{i}/app", at=i % 3) for i in range(6)]
-            allocations.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
-            before = conn.execute(_ALLOCATIONS).fetchall()
+            book, _, before = _allocations_before(conn, "allocation_hour_check")
             assert [m.version for m in migrate.apply(conn)] == shipped_versions()[at:]
             assert conn.execute(_ALLOCATIONS).fetchall() == before
             _accepts_the_hours_0001_accepted(
@@ -264,6 +253,19 @@ class TestUpgrades:
                 " AND pg_get_constraintdef(oid) ILIKE '%extract%epoch%'"
             ).fetchone() == (0,)
             conn.execute("TRUNCATE provider_allocations, pricebooks")
+
+
+def _allocations_before(
+    conn: psycopg.Connection[Any], migration: str
+) -> tuple[int, list[Any], list[Any]]:
+    """The schema as it was before `migration`, with a pricebook and six allocation rows over
+    three hours: (pricebook id, the rows, the table as read back)."""
+    shipped = migrate.load()
+    migrate.apply(conn, shipped[: [m.name for m in shipped].index(migration)])
+    book = builders.pricebook(conn)
+    rows = [builders.alloc(f"team-a/web-{i}/app", at=i % 3) for i in range(6)]
+    allocations.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
+    return book, rows, conn.execute(_ALLOCATIONS).fetchall()
 
 
 def _accepts_the_hours_0001_accepted(
