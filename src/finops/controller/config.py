@@ -48,8 +48,9 @@ class Settings:
     lease_duration_seconds: float = 15.0
     workers: int = DEFAULT_WORKERS
     """Reconciles in flight (`FINOPS_WORKERS`). Each one mostly waits on the API server, so a
-    burst of creates converges faster with four than with two; eight measured slower (more
-    passes deciding from a relative's state that is about to change)."""
+    burst of creates converges faster with four than with two; eight was slower while the
+    creates themselves were slow and about 5% faster once they were quick (benchmarks/README,
+    Convergence), too mixed to move the default."""
 
     def costjob_namespace_allowed(self, namespace: str) -> bool:
         """Whether a CostJob's DSN Secret may be written into `namespace` ("*" allows all)."""
