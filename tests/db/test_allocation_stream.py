@@ -57,9 +57,10 @@ def by_stream(conn: psycopg.Connection[Any], run: Run) -> int:
     written = 0
     for final, rows in run:
         # In batches, as shards arrive: out of key order.
-        tuples = [fastparse.as_tuple(r) for r in reversed(rows)]
-        for i in range(0, len(tuples), 2):
-            allocations.stage(conn, tuples[i : i + 2], finalized=final)
+        lines = [allocation.row_line(fastparse.as_tuple(r)) + "\n" for r in reversed(rows)]
+        for i in range(0, len(lines), 2):
+            data = "".join(lines[i : i + 2]).encode()
+            allocations.stage_text(conn, allocations.with_finalized(data, finalized=final))
         written += allocations.merge(conn, pricebook_id=book, currency="USD")
     conn.commit()
     return written

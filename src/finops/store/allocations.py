@@ -8,10 +8,11 @@ finalized, and finalization never goes backwards. Ingestion is one `COPY` into a
 temp table plus one `INSERT … ON CONFLICT DO UPDATE`; a conflicting row is only rewritten
 when its values differ, so replaying a batch leaves the table as it was.
 
-The allocation run streams instead (`open_stream`, `stage`, `merge`): each batch of row tuples
-is `COPY`ed into a session temp table as it arrives, and each hour is merged by the same set-based
-upsert, so no more than a batch of rows is ever held in Python. An hour the ledger holds no row
-of yet is written by a plain `INSERT` (it changes exactly the rows the upsert would).
+The allocation run streams instead (`open_stream`, `stage_text`, `merge`): each batch of row
+lines is `COPY`ed into a session temp table as it arrives, and each hour is merged by the
+same set-based upsert, so no more than a batch of rows is ever held in Python. An hour the
+ledger holds no row of yet is written by a plain `INSERT` (it changes exactly the rows the
+upsert would).
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def _insert_sql(source: str, finalized: str, order: str) -> bytes:
 
 
 def open_stream(conn: psycopg.Connection[Any]) -> None:
-    """An empty session temp table for `stage` (created once per session, emptied here).
+    """An empty session temp table for `stage_text` (created once per session, emptied here).
 
     Call it inside the caller's transaction: rows staged there vanish at its end.
     """
@@ -244,39 +245,21 @@ def open_stream(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT set_config('work_mem', %s, true)", (MERGE_WORK_MEM,))
 
 
-def stage(
-    conn: psycopg.Connection[Any], rows: Iterable[tuple[Any, ...]], *, finalized: bool
-) -> int:
-    """`COPY` row tuples (`AllocationRow` field order, aware times, labels a dict) into the
-    stream table; return how many. Keys must be unique until the next `merge`."""
-    data, count = copy_text(rows, finalized=finalized)
-    stage_text(conn, data)
-    return count
-
-
-def copy_text(rows: Iterable[tuple[Any, ...]], *, finalized: bool) -> tuple[bytes, int]:
-    """Row tuples as `COPY` text for `stage_text`, and how many rows it holds.
-
-    Why text lines built here: psycopg dumps a `Decimal` to binary `numeric` through
-    `Decimal.as_tuple()` in Python, which costs more than `str()`; PostgreSQL parses the text
-    in its own process. It is the text psycopg's text `COPY` sends for `ingest`, and a few
-    hundred bytes a row, so batches can wait in a queue cheaply.
-    """
-    lines = [allocation.row_line(row) + "\n" for row in rows]
-    return with_finalized("".join(lines).encode(), finalized=finalized), len(lines)
-
-
 def with_finalized(lines: bytes, *, finalized: bool) -> bytes:
     """Row lines (`allocation.row_line`, each ended by a newline) as `COPY` text for
     `stage_text`: each line gets the `is_finalized` column.
 
-    A raw newline in escaped `COPY` text only ever ends a line, so one replace does it.
+    Why text lines: psycopg dumps a `Decimal` to binary `numeric` through `Decimal.as_tuple()`
+    in Python, which costs more than `str()`; PostgreSQL parses the text in its own process,
+    and a few hundred bytes a row let batches wait in a queue cheaply. A raw newline in
+    escaped `COPY` text only ever ends a line, so one replace does it.
     """
     return lines.replace(b"\n", b"\tt\n" if finalized else b"\tf\n")
 
 
 def stage_text(conn: psycopg.Connection[Any], data: bytes) -> None:
-    """`COPY` text from `copy_text` into the stream table (opened by `open_stream`)."""
+    """`COPY` text from `with_finalized` into the stream table (opened by `open_stream`).
+    Keys must be unique until the next `merge`."""
     if data:
         columns = ", ".join(_ROW_COLUMNS.values())
         sql = f"COPY {_STREAM} ({columns}, is_finalized) FROM STDIN".encode()
