@@ -158,8 +158,10 @@ def sums(
 ) -> dict[str, dict[str, int]]:
     """Micros charged per Subscription and source over hours in [start, end).
 
-    Finalized and in-progress rows both count: this is a bucket's `current` on the FromDB
-    path. Sources with no rows are absent, as are Subscriptions with none.
+    Finalized and in-progress rows both count. Sources with no rows are absent, as are
+    Subscriptions with none. The charge run reads its buckets' `current` through
+    `window_sums`, several windows in one query; this one-window form is what tests hold
+    it to.
     """
     for value, what in ((start, "start"), (end, "end")):
         if value.tzinfo is None or value.utcoffset() is None:
