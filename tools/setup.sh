@@ -35,6 +35,27 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+# The real node of the `cluster` tier: Debian's containerd, runc, CNI plugins and iptables.
+node_pkgs=()
+command -v containerd >/dev/null 2>&1 || node_pkgs+=(containerd)
+command -v runc >/dev/null 2>&1 || node_pkgs+=(runc)
+[ -x /usr/lib/cni/bridge ] || node_pkgs+=(containernetworking-plugins)
+command -v iptables >/dev/null 2>&1 || node_pkgs+=(iptables)
+command -v conntrack >/dev/null 2>&1 || node_pkgs+=(conntrack)
+if [ "${#node_pkgs[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    log "installing ${node_pkgs[*]} from Debian (the cluster tier's node)"
+    export DEBIAN_FRONTEND=noninteractive
+    # Keep containerd's package from starting a system-wide daemon: the harness runs its own.
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${node_pkgs[@]}" >/dev/null
+    rm -f /usr/sbin/policy-rc.d
+  else
+    log "not root: the cluster tier (a real node) will be skipped"
+  fi
+fi
+
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
@@ -46,4 +67,6 @@ fi
 log "building (or reusing) kube-apiserver and etcd"
 tools/build-control-plane.sh >/dev/null
 tools/build-helm.sh >/dev/null
+log "building (or reusing) kubelet, controller-manager, scheduler, kube-proxy, kubectl, CoreDNS"
+tools/build-node.sh >/dev/null
 log "ready: .venv/bin/finops --help"

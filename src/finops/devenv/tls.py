@@ -84,6 +84,11 @@ class TinyCA:
         """The CA certificate, for trust bundles (kubeconfig, webhook caBundle)."""
         return self._cert.public_bytes(serialization.Encoding.PEM)
 
+    @property
+    def key_pem(self) -> bytes:
+        """The CA's private key, for a signer that must issue certificates itself."""
+        return _pem_key(self._key)
+
     def _issue(
         self,
         subject: x509.Name,
