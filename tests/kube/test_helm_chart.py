@@ -20,8 +20,9 @@ import yaml
 from tests.kube import _helm
 
 from finops import operator
-from finops.controller import config
+from finops.controller import config, costjob
 from finops.devenv import controlplane
+from finops.opencost import config as opencost_config
 
 CRDS = _helm.REPO / "deploy" / "crds"
 MANAGER = "finops-operator-controller-manager"
@@ -76,6 +77,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
         },
     },
     "mdo-dependencies": {"mdoDependencies": {"enabled": True}},
+    "starter-costjob-tuning": {
+        "costJob": {
+            "enabled": True,
+            "resources": {
+                "requests": {"cpu": "200m", "memory": "256Mi"},
+                "limits": {"cpu": "1", "memory": "1Gi"},
+            },
+            "sharding": {"namespacesPerShard": 10, "concurrency": 3},
+        },
+        "chargeCollectionJob": {
+            "enabled": True,
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        },
+    },
 }
 
 CERT_MANAGER_CRDS = [
@@ -478,6 +493,111 @@ class TestStarterResources:
             "interval": "30m",
             "kubernetesOperationTimeout": "90s",
         }
+
+
+class TestStarterCostJobResourcesAndSharding:
+    """`costJob.resources`/`costJob.sharding` (and `chargeCollectionJob.resources`) become the
+    CostJob's spec.resources and spec.sharding (concepts/costjob.md), and from there the
+    loader container's resources and the allocation run's shards."""
+
+    TUNED = VARIANTS["starter-costjob-tuning"]
+
+    def _costjobs(self, values: dict[str, Any], tmp_path: pathlib.Path) -> tuple[Any, Any]:
+        objects = render(values, tmp_path)
+        return (
+            _helm.find(objects, "CostJob", "finops-operator-daily-scraping-job"),
+            _helm.find(objects, "CostJob", "finops-operator-charge-collection-job"),
+        )
+
+    def test_values_reach_the_costjob_specs(self, tmp_path: pathlib.Path) -> None:
+        scraping, charges = self._costjobs(self.TUNED, tmp_path)
+        assert scraping["spec"]["resources"] == self.TUNED["costJob"]["resources"]
+        assert scraping["spec"]["sharding"] == {"namespacesPerShard": 10, "concurrency": 3}
+        assert charges["spec"]["resources"] == self.TUNED["chargeCollectionJob"]["resources"]
+        assert "sharding" not in charges["spec"]
+
+    def test_empty_values_leave_both_fields_out(self, tmp_path: pathlib.Path) -> None:
+        for job in self._costjobs(STARTERS, tmp_path):
+            assert "resources" not in job["spec"]
+            assert "sharding" not in job["spec"]
+
+    def test_the_rendered_costjob_drives_the_loader_container_and_the_shards(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        """What the reconciler and the allocation run make of the rendered objects."""
+        settings = config.from_env(_CONFIG_REQUIRED)
+        scraping, charges = self._costjobs(self.TUNED, tmp_path)
+        for job, values in ((scraping, "costJob"), (charges, "chargeCollectionJob")):
+            job["metadata"]["uid"] = str(uuid.uuid4())
+            cron = costjob.desired_cronjob(job, settings)
+            [container] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+            # Replaced whole, not merged: the charge job's requests-only value has no limits.
+            assert container["resources"] == self.TUNED[values]["resources"]
+        env = {"OPENCOST_CONNECTION_STRING": "http://opencost:9003"}
+        sharded = opencost_config.OpenCostConfig.from_sources(scraping["spec"], env)
+        assert sharded.sharding == opencost_config.Sharding(namespaces_per_shard=10, concurrency=3)
+        [plain, _] = self._costjobs(STARTERS, tmp_path)
+        assert opencost_config.OpenCostConfig.from_sources(plain["spec"], env).sharding is None
+
+    def test_one_key_shards_and_the_api_server_defaults_the_other(
+        self,
+        kube: controlplane.ControlPlane,
+        kube_namespace: str,
+        tmp_path: pathlib.Path,
+    ) -> None:
+        """The CRD keeps both fields (nothing pruned) and fills the documented defaults."""
+        values = {
+            "costJob": {
+                "enabled": True,
+                "sharding": {"namespacesPerShard": 40},
+                "resources": {"limits": {"memory": "2Gi"}},
+            }
+        }
+        objects = _helm.template("finops-operator", kube_namespace, values, tmp_path)
+        job = _helm.find(objects, "CostJob")
+        assert job["spec"]["sharding"] == {"namespacesPerShard": 40}
+        with kube.http() as client:
+            resp = _helm.Api(client).apply(job, dry_run=True)
+        assert resp.status_code in (200, 201), resp.text
+        stored = resp.json()["spec"]
+        assert stored["sharding"] == {"namespacesPerShard": 40, "concurrency": 4}
+        assert stored["resources"] == {"limits": {"memory": "2Gi"}}
+
+    def test_large_whole_numbers_from_a_values_file_render_as_integers(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        values = {"costJob": {"enabled": True, "sharding": {"namespacesPerShard": 100000000}}}
+        [scraping] = _helm.of_kind(render(values, tmp_path), "CostJob")
+        assert scraping["spec"]["sharding"] == {"namespacesPerShard": 100000000}
+
+    @pytest.mark.parametrize(
+        ("values", "message"),
+        [
+            (
+                {"costJob": {"sharding": {"concurrency": 0}}},
+                "costJob.sharding.concurrency must be a whole number of at least 1, got 0",
+            ),
+            (
+                {"costJob": {"sharding": {"namespacesPerShard": 2.5}}},
+                "costJob.sharding.namespacesPerShard must be a whole number of at least 1",
+            ),
+            (
+                {"costJob": {"sharding": {"shards": 3}}},
+                "costJob.sharding.shards is not a sharding setting",
+            ),
+            (
+                {"chargeCollectionJob": {"sharding": {"concurrency": 2}}},
+                "chargeCollectionJob.sharding does nothing",
+            ),
+        ],
+        ids=["zero", "fraction", "unknown-key", "charge-job"],
+    )
+    def test_sharding_values_that_would_not_work_are_refused(
+        self, values: dict[str, Any], message: str, tmp_path: pathlib.Path
+    ) -> None:
+        enabled = {key: {"enabled": True, **job} for key, job in values.items()}
+        with pytest.raises(_helm.RenderError, match=message):
+            render(enabled, tmp_path)
 
 
 class TestChartCrds:
