@@ -460,6 +460,52 @@ class TestManagerDeployment:
         assert accepted.status_code == 201, accepted.text
 
 
+class TestJobServiceAccount:
+    """Generated CronJobs run in their CostJob's namespace, and a pod can only run as a
+    ServiceAccount of its own namespace: the job account must exist wherever CostJobs may run."""
+
+    def test_the_job_account_exists_in_every_allowed_namespace_and_is_bound(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        env = {"costJobAllowedNamespaces": "team-a, ops,*,team-b"}
+        values = {"controllerManager": {"manager": {"env": env}}}
+        objects = render(values, tmp_path, namespace="ops")
+        accounts = [
+            o["metadata"]["namespace"]
+            for o in _helm.of_kind(objects, "ServiceAccount")
+            if o["metadata"]["name"] == "finops-operator-job"
+        ]
+        assert accounts == ["ops", "team-a", "team-b"]
+        binding = _helm.find(objects, "ClusterRoleBinding", "finops-operator-job-rolebinding")
+        assert [(s["name"], s["namespace"]) for s in binding["subjects"]] == [
+            ("finops-operator-job", ns) for ns in accounts
+        ]
+        assert _manager_env(objects)["JOB_SERVICE_ACCOUNT"]["value"] == "finops-operator-job"
+
+    def test_by_default_only_the_release_namespace_gets_it(self, tmp_path: pathlib.Path) -> None:
+        objects = render({}, tmp_path, namespace="ops")
+        [account] = [
+            o
+            for o in _helm.of_kind(objects, "ServiceAccount")
+            if o["metadata"]["name"].endswith("-job")
+        ]
+        assert account["metadata"]["namespace"] == "ops"
+
+    def test_install_notes_say_where_the_account_is_and_warn_about_the_wildcard(
+        self,
+        kube: controlplane.ControlPlane,
+        kube_namespace: str,
+        cert_manager_crds: None,
+        tmp_path: pathlib.Path,
+    ) -> None:
+        env = {"costJobAllowedNamespaces": "*", "opencostDeploymentNamespace": kube_namespace}
+        values = {"controllerManager": {"manager": {"env": env}}}
+        done = _helm.install_dry_run(values, tmp_path, kube_namespace, kube.kubeconfig)
+        assert done.returncode == 0, done.stderr
+        assert f"created here in: {kube_namespace})" in done.stdout
+        assert '"*" allows every namespace' in done.stdout
+
+
 class TestStarterResources:
     def test_starter_resources_are_off_by_default(self, tmp_path: pathlib.Path) -> None:
         objects = render({}, tmp_path)

@@ -43,6 +43,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-job" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+Namespaces that get the job ServiceAccount, as a JSON list: the release namespace and every
+name in costJobAllowedNamespaces but "*". A pod can only run as a ServiceAccount of its own
+namespace, and generated CronJobs live in their CostJob's namespace.
+*/}}
+{{- define "finops-operator.jobNamespaces" -}}
+{{- $namespaces := list .Release.Namespace -}}
+{{- range splitList "," (.Values.controllerManager.manager.env.costJobAllowedNamespaces | default "" | toString) -}}
+{{- $ns := trim . -}}
+{{- if and $ns (ne $ns "*") (not (has $ns $namespaces)) -}}
+{{- $namespaces = append $namespaces $ns -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $namespaces -}}
+{{- end -}}
+
 {{- define "finops-operator.image" -}}
 {{- $img := .Values.controllerManager.manager.image -}}
 {{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag | toString) -}}
