@@ -374,6 +374,42 @@ class TestManagerDeployment:
         container = _manager_container(objects)
         assert env["OPERATOR_IMAGE"]["value"] == container["image"]
 
+    def test_every_image_and_pull_policy_follows_the_values(self, tmp_path: pathlib.Path) -> None:
+        """The manager, the generated CronJob pods (OPERATOR_IMAGE and its pull policy, as the
+        reconciler reads them) and the gateway each take their image from the values."""
+        image = {"repository": "registry.example/finops", "tag": "1.2.3", "pullPolicy": "Never"}
+        gateway = {"repository": "registry.example/gw", "tag": "9", "pullPolicy": "Always"}
+        values = {
+            "controllerManager": {"manager": {"image": image}},
+            "finopsGatewayGateway": {"finopsGatewayContainer": {"image": gateway}},
+        }
+        objects = render(values, tmp_path)
+        manager = _manager_container(objects)
+        assert (manager["image"], manager["imagePullPolicy"]) == (
+            "registry.example/finops:1.2.3",
+            "Never",
+        )
+        env = {k: e["value"] for k, e in _manager_env(objects).items() if "value" in e}
+        settings = config.from_env({**_CONFIG_REQUIRED, **env})
+        job = {"metadata": {"name": "c", "namespace": "n", "uid": "u"}, "spec": {}}
+        pod = costjob.desired_cronjob(job, settings)["spec"]["jobTemplate"]["spec"]["template"]
+        [loader] = pod["spec"]["containers"]
+        assert (loader["image"], loader["imagePullPolicy"]) == (manager["image"], "Never")
+        gw = _helm.find(objects, "Deployment", "finops-operator-finops-gateway-gateway")
+        [gw_container] = gw["spec"]["template"]["spec"]["containers"]
+        assert (gw_container["image"], gw_container["imagePullPolicy"]) == (
+            "registry.example/gw:9",
+            "Always",
+        )
+        # Without a gateway image of its own, the gateway runs the manager image, pulled alike.
+        objects = render({"controllerManager": {"manager": {"image": image}}}, tmp_path)
+        gw = _helm.find(objects, "Deployment", "finops-operator-finops-gateway-gateway")
+        [gw_container] = gw["spec"]["template"]["spec"]["containers"]
+        assert (gw_container["image"], gw_container["imagePullPolicy"]) == (
+            manager["image"],
+            "Never",
+        )
+
     def test_workers_reach_the_manager_only_when_set(self, tmp_path: pathlib.Path) -> None:
         """Unset, the manager's own default applies; set (a YAML number or a string), the
         value reaches FINOPS_WORKERS as the manager reads it; 0 is passed on, not dropped,
