@@ -462,6 +462,33 @@ class TestManagerDeployment:
         assert metrics["spec"]["selector"] == selector
         assert metrics["metadata"]["labels"]["control-plane"] == "controller-manager"
 
+    @pytest.mark.parametrize("flag", ["--health-probe-bind-address", "-health-probe-bind-address"])
+    def test_probes_follow_a_probe_address_set_in_the_args(
+        self, flag: str, tmp_path: pathlib.Path
+    ) -> None:
+        args = ["--leader-elect", f"{flag}=:9090"]
+        container = _manager_container(
+            render({"controllerManager": {"manager": {"args": args}}}, tmp_path)
+        )
+        parsed = operator.build_parser().parse_args(container["args"])
+        port = int(parsed.health_probe_bind_address.rpartition(":")[2])
+        assert port == 9090
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+        probes = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert probes["probes"] == port
+
+    @pytest.mark.parametrize(
+        ("address", "message"),
+        [("0", "turn the health probe server off"), ("127.0.0.1:8081", "cannot reach")],
+    )
+    def test_probe_addresses_the_kubelet_cannot_reach_are_refused(
+        self, address: str, message: str, tmp_path: pathlib.Path
+    ) -> None:
+        args = [f"--health-probe-bind-address={address}"]
+        with pytest.raises(_helm.RenderError, match=message):
+            render({"controllerManager": {"manager": {"args": args}}}, tmp_path)
+
     def test_manager_args_are_understood_by_the_operator_binary(
         self, tmp_path: pathlib.Path
     ) -> None:

@@ -94,6 +94,29 @@ namespace, and generated CronJobs live in their CostJob's namespace.
 {{- toYaml $args -}}
 {{- end -}}
 
+{{/*
+The port the manager serves /healthz and /readyz on: the one in the args'
+--health-probe-bind-address=[HOST]:PORT, else the flag's default 8081. Probes and the
+container port follow it, so changing the args cannot leave the probes knocking elsewhere.
+*/}}
+{{- define "finops-operator.probePort" -}}
+{{- $port := "8081" -}}
+{{- range .Values.controllerManager.manager.args | default list -}}
+{{- $arg := regexReplaceAll "^-+" (toString .) "-" -}}
+{{- if hasPrefix "-health-probe-bind-address=" $arg -}}
+{{- $addr := $arg | trimPrefix "-health-probe-bind-address=" -}}
+{{- if or (eq $addr "0") (eq $addr "") -}}
+{{- fail "controllerManager.manager.args turn the health probe server off (--health-probe-bind-address=0), but the manager's liveness and readiness probes need it" -}}
+{{- end -}}
+{{- if regexMatch "^(127\\.|localhost:|\\[::1\\]:)" $addr -}}
+{{- fail (printf "controllerManager.manager.args bind the health probes to %s, which the kubelet cannot reach: use :PORT" $addr) -}}
+{{- end -}}
+{{- $port = regexReplaceAll "^.*:" $addr "" -}}
+{{- end -}}
+{{- end -}}
+{{- $port -}}
+{{- end -}}
+
 {{- define "finops-operator.servingCert" -}}
 {{- printf "%s-serving-cert" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
