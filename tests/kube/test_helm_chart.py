@@ -20,8 +20,9 @@ import yaml
 from tests.kube import _helm
 
 from finops import operator
-from finops.controller import config
+from finops.controller import config, costjob
 from finops.devenv import controlplane
+from finops.opencost import config as opencost_config
 
 CRDS = _helm.REPO / "deploy" / "crds"
 MANAGER = "finops-operator-controller-manager"
@@ -76,6 +77,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
         },
     },
     "mdo-dependencies": {"mdoDependencies": {"enabled": True}},
+    "starter-costjob-tuning": {
+        "costJob": {
+            "enabled": True,
+            "resources": {
+                "requests": {"cpu": "200m", "memory": "256Mi"},
+                "limits": {"cpu": "1", "memory": "1Gi"},
+            },
+            "sharding": {"namespacesPerShard": 10, "concurrency": 3},
+        },
+        "chargeCollectionJob": {
+            "enabled": True,
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        },
+    },
 }
 
 CERT_MANAGER_CRDS = [
@@ -359,6 +374,42 @@ class TestManagerDeployment:
         container = _manager_container(objects)
         assert env["OPERATOR_IMAGE"]["value"] == container["image"]
 
+    def test_every_image_and_pull_policy_follows_the_values(self, tmp_path: pathlib.Path) -> None:
+        """The manager, the generated CronJob pods (OPERATOR_IMAGE and its pull policy, as the
+        reconciler reads them) and the gateway each take their image from the values."""
+        image = {"repository": "registry.example/finops", "tag": "1.2.3", "pullPolicy": "Never"}
+        gateway = {"repository": "registry.example/gw", "tag": "9", "pullPolicy": "Always"}
+        values = {
+            "controllerManager": {"manager": {"image": image}},
+            "finopsGatewayGateway": {"finopsGatewayContainer": {"image": gateway}},
+        }
+        objects = render(values, tmp_path)
+        manager = _manager_container(objects)
+        assert (manager["image"], manager["imagePullPolicy"]) == (
+            "registry.example/finops:1.2.3",
+            "Never",
+        )
+        env = {k: e["value"] for k, e in _manager_env(objects).items() if "value" in e}
+        settings = config.from_env({**_CONFIG_REQUIRED, **env})
+        job = {"metadata": {"name": "c", "namespace": "n", "uid": "u"}, "spec": {}}
+        pod = costjob.desired_cronjob(job, settings)["spec"]["jobTemplate"]["spec"]["template"]
+        [loader] = pod["spec"]["containers"]
+        assert (loader["image"], loader["imagePullPolicy"]) == (manager["image"], "Never")
+        gw = _helm.find(objects, "Deployment", "finops-operator-finops-gateway-gateway")
+        [gw_container] = gw["spec"]["template"]["spec"]["containers"]
+        assert (gw_container["image"], gw_container["imagePullPolicy"]) == (
+            "registry.example/gw:9",
+            "Always",
+        )
+        # Without a gateway image of its own, the gateway runs the manager image, pulled alike.
+        objects = render({"controllerManager": {"manager": {"image": image}}}, tmp_path)
+        gw = _helm.find(objects, "Deployment", "finops-operator-finops-gateway-gateway")
+        [gw_container] = gw["spec"]["template"]["spec"]["containers"]
+        assert (gw_container["image"], gw_container["imagePullPolicy"]) == (
+            manager["image"],
+            "Never",
+        )
+
     def test_workers_reach_the_manager_only_when_set(self, tmp_path: pathlib.Path) -> None:
         """Unset, the manager's own default applies; set (a YAML number or a string), the
         value reaches FINOPS_WORKERS as the manager reads it; 0 is passed on, not dropped,
@@ -411,6 +462,33 @@ class TestManagerDeployment:
         assert metrics["spec"]["selector"] == selector
         assert metrics["metadata"]["labels"]["control-plane"] == "controller-manager"
 
+    @pytest.mark.parametrize("flag", ["--health-probe-bind-address", "-health-probe-bind-address"])
+    def test_probes_follow_a_probe_address_set_in_the_args(
+        self, flag: str, tmp_path: pathlib.Path
+    ) -> None:
+        args = ["--leader-elect", f"{flag}=:9090"]
+        container = _manager_container(
+            render({"controllerManager": {"manager": {"args": args}}}, tmp_path)
+        )
+        parsed = operator.build_parser().parse_args(container["args"])
+        port = int(parsed.health_probe_bind_address.rpartition(":")[2])
+        assert port == 9090
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+        probes = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert probes["probes"] == port
+
+    @pytest.mark.parametrize(
+        ("address", "message"),
+        [("0", "turn the health probe server off"), ("127.0.0.1:8081", "cannot reach")],
+    )
+    def test_probe_addresses_the_kubelet_cannot_reach_are_refused(
+        self, address: str, message: str, tmp_path: pathlib.Path
+    ) -> None:
+        args = [f"--health-probe-bind-address={address}"]
+        with pytest.raises(_helm.RenderError, match=message):
+            render({"controllerManager": {"manager": {"args": args}}}, tmp_path)
+
     def test_manager_args_are_understood_by_the_operator_binary(
         self, tmp_path: pathlib.Path
     ) -> None:
@@ -443,6 +521,52 @@ class TestManagerDeployment:
             accepted = client.post(url, json=pod(pod_spec), params={"dryRun": "All"})
         assert refused.status_code == 403, "the namespace does not enforce the standard"
         assert accepted.status_code == 201, accepted.text
+
+
+class TestJobServiceAccount:
+    """Generated CronJobs run in their CostJob's namespace, and a pod can only run as a
+    ServiceAccount of its own namespace: the job account must exist wherever CostJobs may run."""
+
+    def test_the_job_account_exists_in_every_allowed_namespace_and_is_bound(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        env = {"costJobAllowedNamespaces": "team-a, ops,*,team-b"}
+        values = {"controllerManager": {"manager": {"env": env}}}
+        objects = render(values, tmp_path, namespace="ops")
+        accounts = [
+            o["metadata"]["namespace"]
+            for o in _helm.of_kind(objects, "ServiceAccount")
+            if o["metadata"]["name"] == "finops-operator-job"
+        ]
+        assert accounts == ["ops", "team-a", "team-b"]
+        binding = _helm.find(objects, "ClusterRoleBinding", "finops-operator-job-rolebinding")
+        assert [(s["name"], s["namespace"]) for s in binding["subjects"]] == [
+            ("finops-operator-job", ns) for ns in accounts
+        ]
+        assert _manager_env(objects)["JOB_SERVICE_ACCOUNT"]["value"] == "finops-operator-job"
+
+    def test_by_default_only_the_release_namespace_gets_it(self, tmp_path: pathlib.Path) -> None:
+        objects = render({}, tmp_path, namespace="ops")
+        [account] = [
+            o
+            for o in _helm.of_kind(objects, "ServiceAccount")
+            if o["metadata"]["name"].endswith("-job")
+        ]
+        assert account["metadata"]["namespace"] == "ops"
+
+    def test_install_notes_say_where_the_account_is_and_warn_about_the_wildcard(
+        self,
+        kube: controlplane.ControlPlane,
+        kube_namespace: str,
+        cert_manager_crds: None,
+        tmp_path: pathlib.Path,
+    ) -> None:
+        env = {"costJobAllowedNamespaces": "*", "opencostDeploymentNamespace": kube_namespace}
+        values = {"controllerManager": {"manager": {"env": env}}}
+        done = _helm.install_dry_run(values, tmp_path, kube_namespace, kube.kubeconfig)
+        assert done.returncode == 0, done.stderr
+        assert f"created here in: {kube_namespace})" in done.stdout
+        assert '"*" allows every namespace' in done.stdout
 
 
 class TestStarterResources:
@@ -478,6 +602,111 @@ class TestStarterResources:
             "interval": "30m",
             "kubernetesOperationTimeout": "90s",
         }
+
+
+class TestStarterCostJobResourcesAndSharding:
+    """`costJob.resources`/`costJob.sharding` (and `chargeCollectionJob.resources`) become the
+    CostJob's spec.resources and spec.sharding (concepts/costjob.md), and from there the
+    loader container's resources and the allocation run's shards."""
+
+    TUNED = VARIANTS["starter-costjob-tuning"]
+
+    def _costjobs(self, values: dict[str, Any], tmp_path: pathlib.Path) -> tuple[Any, Any]:
+        objects = render(values, tmp_path)
+        return (
+            _helm.find(objects, "CostJob", "finops-operator-daily-scraping-job"),
+            _helm.find(objects, "CostJob", "finops-operator-charge-collection-job"),
+        )
+
+    def test_values_reach_the_costjob_specs(self, tmp_path: pathlib.Path) -> None:
+        scraping, charges = self._costjobs(self.TUNED, tmp_path)
+        assert scraping["spec"]["resources"] == self.TUNED["costJob"]["resources"]
+        assert scraping["spec"]["sharding"] == {"namespacesPerShard": 10, "concurrency": 3}
+        assert charges["spec"]["resources"] == self.TUNED["chargeCollectionJob"]["resources"]
+        assert "sharding" not in charges["spec"]
+
+    def test_empty_values_leave_both_fields_out(self, tmp_path: pathlib.Path) -> None:
+        for job in self._costjobs(STARTERS, tmp_path):
+            assert "resources" not in job["spec"]
+            assert "sharding" not in job["spec"]
+
+    def test_the_rendered_costjob_drives_the_loader_container_and_the_shards(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        """What the reconciler and the allocation run make of the rendered objects."""
+        settings = config.from_env(_CONFIG_REQUIRED)
+        scraping, charges = self._costjobs(self.TUNED, tmp_path)
+        for job, values in ((scraping, "costJob"), (charges, "chargeCollectionJob")):
+            job["metadata"]["uid"] = str(uuid.uuid4())
+            cron = costjob.desired_cronjob(job, settings)
+            [container] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+            # Replaced whole, not merged: the charge job's requests-only value has no limits.
+            assert container["resources"] == self.TUNED[values]["resources"]
+        env = {"OPENCOST_CONNECTION_STRING": "http://opencost:9003"}
+        sharded = opencost_config.OpenCostConfig.from_sources(scraping["spec"], env)
+        assert sharded.sharding == opencost_config.Sharding(namespaces_per_shard=10, concurrency=3)
+        [plain, _] = self._costjobs(STARTERS, tmp_path)
+        assert opencost_config.OpenCostConfig.from_sources(plain["spec"], env).sharding is None
+
+    def test_one_key_shards_and_the_api_server_defaults_the_other(
+        self,
+        kube: controlplane.ControlPlane,
+        kube_namespace: str,
+        tmp_path: pathlib.Path,
+    ) -> None:
+        """The CRD keeps both fields (nothing pruned) and fills the documented defaults."""
+        values = {
+            "costJob": {
+                "enabled": True,
+                "sharding": {"namespacesPerShard": 40},
+                "resources": {"limits": {"memory": "2Gi"}},
+            }
+        }
+        objects = _helm.template("finops-operator", kube_namespace, values, tmp_path)
+        job = _helm.find(objects, "CostJob")
+        assert job["spec"]["sharding"] == {"namespacesPerShard": 40}
+        with kube.http() as client:
+            resp = _helm.Api(client).apply(job, dry_run=True)
+        assert resp.status_code in (200, 201), resp.text
+        stored = resp.json()["spec"]
+        assert stored["sharding"] == {"namespacesPerShard": 40, "concurrency": 4}
+        assert stored["resources"] == {"limits": {"memory": "2Gi"}}
+
+    def test_large_whole_numbers_from_a_values_file_render_as_integers(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        values = {"costJob": {"enabled": True, "sharding": {"namespacesPerShard": 100000000}}}
+        [scraping] = _helm.of_kind(render(values, tmp_path), "CostJob")
+        assert scraping["spec"]["sharding"] == {"namespacesPerShard": 100000000}
+
+    @pytest.mark.parametrize(
+        ("values", "message"),
+        [
+            (
+                {"costJob": {"sharding": {"concurrency": 0}}},
+                "costJob.sharding.concurrency must be a whole number of at least 1, got 0",
+            ),
+            (
+                {"costJob": {"sharding": {"namespacesPerShard": 2.5}}},
+                "costJob.sharding.namespacesPerShard must be a whole number of at least 1",
+            ),
+            (
+                {"costJob": {"sharding": {"shards": 3}}},
+                "costJob.sharding.shards is not a sharding setting",
+            ),
+            (
+                {"chargeCollectionJob": {"sharding": {"concurrency": 2}}},
+                "chargeCollectionJob.sharding does nothing",
+            ),
+        ],
+        ids=["zero", "fraction", "unknown-key", "charge-job"],
+    )
+    def test_sharding_values_that_would_not_work_are_refused(
+        self, values: dict[str, Any], message: str, tmp_path: pathlib.Path
+    ) -> None:
+        enabled = {key: {"enabled": True, **job} for key, job in values.items()}
+        with pytest.raises(_helm.RenderError, match=message):
+            render(enabled, tmp_path)
 
 
 class TestChartCrds:

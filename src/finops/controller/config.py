@@ -42,6 +42,9 @@ class Settings:
     webhook_bind_address: str = ":9443"
     image_pull_secrets: str = ""
     operator_image: str = ""
+    operator_image_pull_policy: str = ""
+    """`OPERATOR_IMAGE_PULL_POLICY` (not a reference variable): the generated pods'
+    `imagePullPolicy`; empty leaves it to Kubernetes (Always for `:latest`, else IfNotPresent)."""
     job_service_account: str = DEFAULT_JOB_SERVICE_ACCOUNT
     costjob_allowed_namespaces: frozenset[str] = frozenset()
     resync_seconds: float = 300.0
@@ -100,6 +103,19 @@ def _workers(env: Mapping[str, str]) -> int:
     return int(raw)
 
 
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _pull_policy(env: Mapping[str, str]) -> str:
+    """`OPERATOR_IMAGE_PULL_POLICY`: one of Kubernetes' three policies, or empty when unset."""
+    raw = env.get("OPERATOR_IMAGE_PULL_POLICY", "").strip()
+    if raw and raw not in PULL_POLICIES:
+        raise ConfigError(
+            f"OPERATOR_IMAGE_PULL_POLICY must be one of {', '.join(PULL_POLICIES)}, got {raw!r}"
+        )
+    return raw
+
+
 def from_env(env: Mapping[str, str]) -> Settings:
     """Build settings or raise `ConfigError` naming the first missing required variable."""
     for name in REQUIRED:
@@ -115,6 +131,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
     resync = _seconds(env, "FINOPS_RESYNC_SECONDS", 300.0)
     lease = _seconds(env, "FINOPS_LEASE_DURATION_SECONDS", 15.0)
     workers = _workers(env)
+    pull_policy = _pull_policy(env)
     return Settings(
         postgres_dsn=env["POSTGRES_CONNECTION_STRING"],
         opencost_url=env["OPENCOST_CONNECTION_STRING"].strip(),
@@ -127,6 +144,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         webhook_bind_address=env.get("WEBHOOK_BIND_ADDRESS") or ":9443",
         image_pull_secrets=env.get("IMAGE_PULL_SECRETS", ""),
         operator_image=env.get("OPERATOR_IMAGE", ""),
+        operator_image_pull_policy=pull_policy,
         job_service_account=env.get("JOB_SERVICE_ACCOUNT") or DEFAULT_JOB_SERVICE_ACCOUNT,
         costjob_allowed_namespaces=allowed,
         resync_seconds=resync,

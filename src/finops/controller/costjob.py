@@ -178,6 +178,8 @@ def desired_cronjob(costjob: Mapping[str, Any], settings: config.Settings) -> di
         "resources": copy.deepcopy(spec.get("resources") or TEMPLATE_RESOURCES),
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
     }
+    if settings.operator_image_pull_policy:
+        container["imagePullPolicy"] = settings.operator_image_pull_policy
     pod_spec: dict[str, Any] = {
         "serviceAccountName": settings.job_service_account,
         "automountServiceAccountToken": True,

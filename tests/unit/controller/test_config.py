@@ -74,3 +74,17 @@ def test_a_duration_is_read_and_one_not_positive_and_finite_is_refused_by_name(
         with pytest.raises(config.ConfigError, match=name) as caught:
             config.from_env({**FULL, name: bad})
         assert repr(bad) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "policy"), [(None, ""), ("", ""), ("Never", "Never"), (" Always ", "Always")]
+)
+def test_the_job_image_pull_policy_is_read_when_set(value: str | None, policy: str) -> None:
+    env = FULL if value is None else {**FULL, "OPERATOR_IMAGE_PULL_POLICY": value}
+    assert config.from_env(env).operator_image_pull_policy == policy
+
+
+@pytest.mark.parametrize("value", ["never", "Sometimes"])
+def test_an_unknown_job_image_pull_policy_is_refused_by_name(value: str) -> None:
+    with pytest.raises(config.ConfigError, match="OPERATOR_IMAGE_PULL_POLICY"):
+        config.from_env({**FULL, "OPERATOR_IMAGE_PULL_POLICY": value})

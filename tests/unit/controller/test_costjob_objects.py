@@ -121,3 +121,13 @@ def test_refusal_names_the_namespace_and_the_setting() -> None:
     cond = costjob.scheduled_condition(False, "team-a", SETTINGS)
     assert (cond.status, cond.reason) == ("False", "NamespaceNotAllowed")
     assert "team-a" in cond.message and "COSTJOB_ALLOWED_NAMESPACES" in cond.message
+
+
+def test_the_loader_pulls_as_the_manager_says_or_as_kubernetes_defaults() -> None:
+    def container(settings: config.Settings) -> dict[str, Any]:
+        pod = costjob.desired_cronjob(cj(), settings)["spec"]["jobTemplate"]["spec"]["template"]
+        return dict(pod["spec"]["containers"][0])
+
+    assert "imagePullPolicy" not in container(SETTINGS)
+    never = dataclasses.replace(SETTINGS, operator_image_pull_policy="Never")
+    assert container(never)["imagePullPolicy"] == "Never"

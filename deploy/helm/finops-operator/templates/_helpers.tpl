@@ -43,6 +43,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-job" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+Namespaces that get the job ServiceAccount, as a JSON list: the release namespace and every
+name in costJobAllowedNamespaces but "*". A pod can only run as a ServiceAccount of its own
+namespace, and generated CronJobs live in their CostJob's namespace.
+*/}}
+{{- define "finops-operator.jobNamespaces" -}}
+{{- $namespaces := list .Release.Namespace -}}
+{{- range splitList "," (.Values.controllerManager.manager.env.costJobAllowedNamespaces | default "" | toString) -}}
+{{- $ns := trim . -}}
+{{- if and $ns (ne $ns "*") (not (has $ns $namespaces)) -}}
+{{- $namespaces = append $namespaces $ns -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $namespaces -}}
+{{- end -}}
+
 {{- define "finops-operator.image" -}}
 {{- $img := .Values.controllerManager.manager.image -}}
 {{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag | toString) -}}
@@ -78,6 +94,29 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- toYaml $args -}}
 {{- end -}}
 
+{{/*
+The port the manager serves /healthz and /readyz on: the one in the args'
+--health-probe-bind-address=[HOST]:PORT, else the flag's default 8081. Probes and the
+container port follow it, so changing the args cannot leave the probes knocking elsewhere.
+*/}}
+{{- define "finops-operator.probePort" -}}
+{{- $port := "8081" -}}
+{{- range .Values.controllerManager.manager.args | default list -}}
+{{- $arg := regexReplaceAll "^-+" (toString .) "-" -}}
+{{- if hasPrefix "-health-probe-bind-address=" $arg -}}
+{{- $addr := $arg | trimPrefix "-health-probe-bind-address=" -}}
+{{- if or (eq $addr "0") (eq $addr "") -}}
+{{- fail "controllerManager.manager.args turn the health probe server off (--health-probe-bind-address=0), but the manager's liveness and readiness probes need it" -}}
+{{- end -}}
+{{- if regexMatch "^(127\\.|localhost:|\\[::1\\]:)" $addr -}}
+{{- fail (printf "controllerManager.manager.args bind the health probes to %s, which the kubelet cannot reach: use :PORT" $addr) -}}
+{{- end -}}
+{{- $port = regexReplaceAll "^.*:" $addr "" -}}
+{{- end -}}
+{{- end -}}
+{{- $port -}}
+{{- end -}}
+
 {{- define "finops-operator.servingCert" -}}
 {{- printf "%s-serving-cert" (include "finops-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
@@ -101,9 +140,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/*
-A starter CostJob. Arguments: (dict "root" $ "job" <values> "name" <suffix> "type" <type>).
+A starter CostJob. Arguments: (dict "root" $ "job" <values> "name" <suffix> "type" <type>
+"key" <values key, for messages>).
 Empty timeouts are omitted; k8sOperationTimeout is the reference chart's key for
-kubernetesOperationTimeout and is rendered under the CRD's field name.
+kubernetesOperationTimeout and is rendered under the CRD's field name. `resources` (when not
+empty) becomes spec.resources, which replaces the loader container's whole resources block;
+`sharding` (when not empty, ResourceCostCollection only) becomes spec.sharding.
 */}}
 {{- define "finops-operator.costJob" -}}
 {{- $job := .job -}}
@@ -126,6 +168,45 @@ spec:
   {{- with $k8s }}
   kubernetesOperationTimeout: {{ . | quote }}
   {{- end }}
+  {{- with $job.resources }}
+  {{- if not (kindIs "map" .) }}
+  {{- fail (printf "%s.resources must be a map of requests and limits" $.key) }}
+  {{- end }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $job.sharding }}
+  {{- if ne $.type "ResourceCostCollection" }}
+  {{- fail (printf "%s.sharding does nothing: only ResourceCostCollection runs shard their OpenCost queries" $.key) }}
+  {{- end }}
+  {{- include "finops-operator.sharding" (dict "sharding" . "key" (printf "%s.sharding" $.key)) | nindent 2 }}
+  {{- end }}
+{{- end -}}
+
+{{/*
+spec.sharding of a starter CostJob: only namespacesPerShard and concurrency, each a whole
+number of at least 1 (an unknown key would be pruned by the API server without a word).
+Arguments: (dict "sharding" <values> "key" <values key, for messages>).
+*/}}
+{{- define "finops-operator.sharding" -}}
+{{- if not (kindIs "map" .sharding) -}}
+{{- fail (printf "%s must be a map with namespacesPerShard and/or concurrency" .key) -}}
+{{- end -}}
+sharding:
+{{- range $name, $value := .sharding }}
+{{- if not (has $name (list "namespacesPerShard" "concurrency")) }}
+{{- fail (printf "%s.%s is not a sharding setting (namespacesPerShard, concurrency)" $.key $name) }}
+{{- end }}
+{{- $text := toString $value }}
+{{- /* Numbers from a values file arrive as floats: 100000000 would print as 1e+08. */}}
+{{- if and (kindIs "float64" $value) (eq (floor $value) $value) }}
+{{- $text = printf "%.0f" $value }}
+{{- end }}
+{{- if or (not (regexMatch "^[0-9]+$" $text)) (lt ($text | atoi) 1) }}
+{{- fail (printf "%s.%s must be a whole number of at least 1, got %s" $.key $name $text) }}
+{{- end }}
+  {{ $name }}: {{ $text | atoi }}
+{{- end }}
 {{- end -}}
 
 {{/* Bundled dependencies (mdoDependencies): object names and in-cluster addresses. */}}
