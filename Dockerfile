@@ -13,8 +13,8 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN python -m pip wheel --no-deps --wheel-dir /dist . \
- && python -m venv /opt/finops \
+RUN python3 -m pip wheel --no-deps --wheel-dir /dist . \
+ && python3 -m venv /opt/finops \
  && /opt/finops/bin/pip install /dist/*.whl \
  && /opt/finops/bin/pip uninstall --yes pip
 

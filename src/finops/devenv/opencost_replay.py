@@ -31,6 +31,7 @@ import json
 import pathlib
 import random
 import re
+import signal
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -42,6 +43,7 @@ from finops.opencost import parse
 
 HOUR = dt.timedelta(hours=1)
 PATHS = ("/allocation/compute", "/allocation")
+HEALTH_PATH = "/healthz"  # OpenCost's liveness and readiness path: 200 while serving
 DEFAULT_DIMENSIONS = ("cluster", "node", "namespace", "pod", "container")
 _TS = "%Y-%m-%dT%H:%M:%SZ"
 _FIVE = Decimal("0.00001")
@@ -874,6 +876,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.replay._leave()
 
     def _serve(self, path: str, params: dict[str, str]) -> None:
+        if path == HEALTH_PATH:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._head(200, "text/plain; charset=utf-8", 3, ())
+                self.wfile.write(b"ok\n")
+            return
         fault = self.replay._take_fault(params)
         if fault is not None and fault.delay and self.replay._stopping.wait(fault.delay):
             return
@@ -929,9 +936,14 @@ def serving(source: Source) -> Iterator[ReplayServer]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m finops.devenv.opencost_replay`: serve captures or a generated cluster."""
+    """`python -m finops.devenv.opencost_replay`: serve captures or a generated cluster.
+
+    Runs in the foreground until SIGINT or SIGTERM (handled, so it also stops as a
+    container's PID 1), answering `/healthz` besides the allocation paths.
+    """
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--port", type=int, default=9003)
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all)")
+    ap.add_argument("--port", type=int, default=9003, help="0: any free port")
     ap.add_argument("--captures", type=pathlib.Path, help="folder of real captures")
     ap.add_argument("--namespaces", type=int, default=10)
     ap.add_argument("--pods", type=int, default=5, help="pods per namespace")
@@ -946,14 +958,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.captures
         else Generated(args.namespaces, args.pods, args.containers, args.seed)
     )
-    srv = ReplayServer(source, port=args.port, prebuilt=args.prebuilt)
+    srv = ReplayServer(source, host=args.host, port=args.port, prebuilt=args.prebuilt)
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    srv.start()
     print(f"OpenCost replay on {srv.url}", flush=True)
     try:
-        srv._httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        while not stop.wait(0.5):  # short waits: the handler runs between them
+            pass
     finally:
-        srv._httpd.server_close()
+        srv.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":
