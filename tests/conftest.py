@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.kube", "tests.fixtures.opencost"]
 
-_TIERS = ("unit", "db", "kube", "e2e", "faults")
+_TIERS = ("unit", "db", "kube", "e2e", "faults", "cluster")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,7 +14,8 @@
 #   uses here) with python3, python3-venv, python3-pip and ca-certificates, packed with umoci.
 # - finops-operator: the repository's Dockerfile with the base as its PYTHON_IMAGE, built by
 #   buildah (chroot isolation, host network for pip).
-# - postgres, prometheus: Debian's postgresql-15 / prometheus on the base (images/*/Containerfile).
+# - postgres: Debian's postgresql-15 on the base; prometheus: built from the Go module proxy
+#   (Debian's lacks Kubernetes service discovery), on the base (images/*/Containerfile).
 # - opencost: the product image running the OpenCost replay server on the real captures.
 # - pause: a static Go binary (images/pause/main.go) in an otherwise empty image.
 #
@@ -277,14 +278,42 @@ postgres() {
   timed postgres bud postgres images/postgres/Containerfile images/postgres "BASE_IMAGE=${REF[base]}"
 }
 
+# Debian's prometheus package is built without Kubernetes service discovery
+# (`kubernetes_sd_configs` is refused), which the chart's scrape config needs; so the
+# binary is built from the Go module proxy (module versions v0.X.Y are releases v2.X.Y).
+PROMETHEUS_VERSION="${FINOPS_PROMETHEUS_VERSION:-0.55.1}"
 prometheus() {
   base
-  local h
-  h=$(hash_of prometheus "$BASE_HASH" path:images/prometheus)
+  [ -x "$GO" ] || die "Go not found at $GO (set GO=/path/to/go)"
+  local h gover
+  gover=$("$GO" env GOVERSION) || die "$GO env GOVERSION failed"
+  h=$(hash_of prometheus "$BASE_HASH" "$PROMETHEUS_VERSION" "$gover" path:images/prometheus)
   cached prometheus "$h" && return 0
   ensure_in_storage "${REF[base]}" "${ARCHIVE[base]}"
-  log "prometheus: Debian prometheus on ${REF[base]}"
-  timed prometheus bud prometheus images/prometheus/Containerfile images/prometheus "BASE_IMAGE=${REF[base]}"
+  log "prometheus: v$PROMETHEUS_VERSION built from the Go module proxy, on ${REF[base]}"
+  timed prometheus build_prometheus
+}
+build_prometheus() {
+  local tmp
+  tmpdir tmp prometheus
+  cp images/prometheus/Containerfile "$tmp/"
+  mkdir "$tmp/mod"
+  # The module's own replace/exclude lines apply only to its own build: repeat them here.
+  (cd "$tmp/mod" && "$GO" mod init finops.local/prometheus-build >/dev/null 2>&1 \
+    && "$GO" mod edit -replace k8s.io/klog=github.com/simonpasquier/klog-gokit@v0.3.0 \
+      -replace k8s.io/klog/v2=github.com/simonpasquier/klog-gokit/v3@v3.5.0 \
+      -exclude github.com/linode/linodego@v1.0.0 \
+    && GOFLAGS=-mod=mod "$GO" get "github.com/prometheus/prometheus/cmd/prometheus@v$PROMETHEUS_VERSION" >/dev/null 2>&1 \
+    && CGO_ENABLED=0 GOFLAGS=-buildvcs=false "$GO" build -trimpath \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION/0./2.}" \
+      -o "$tmp/prometheus" github.com/prometheus/prometheus/cmd/prometheus) \
+    || die "go build of prometheus v$PROMETHEUS_VERSION failed"
+  rm -rf "$tmp/mod"
+  bah bud --quiet --isolation chroot --pull=never --layers=false --format oci \
+    --build-arg "BASE_IMAGE=${REF[base]}" \
+    -f "$tmp/Containerfile" -t "${REF[prometheus]}" "$tmp" >&2 || die "buildah bud of prometheus failed"
+  export_image "${REF[prometheus]}" "${ARCHIVE[prometheus]}"
+  rm -rf "$tmp"
 }
 
 opencost() {
