@@ -641,15 +641,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.grpc.v1.cri.
         """Image references the node holds."""
         return self._ctr("images", "list", "-q").stdout.split()
 
-    def _start_kubelet(self) -> None:
-        assert self.node_bin is not None
-        pki = self.dir / "pki"
-        kubelet = self.dir / "kubelet"
-        kubelet.mkdir()
-        resolv = self.dir / "resolv.conf"
-        # Pods with dnsPolicy Default get this, not the host's resolvers: no query leaves.
-        resolv.write_text(f"nameserver {NODE_IP}\n")
-        config = {
+    def _kubelet_config(self, pki: pathlib.Path, resolv: pathlib.Path) -> dict[str, object]:
+        """The KubeletConfiguration for this machine: cgroup v1, cgroupfs, our own DNS."""
+        return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
             "failCgroupV1": False,
@@ -688,6 +682,16 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.grpc.v1.cri.
             "nodeStatusReportFrequency": "10s",
             "registerNode": True,
         }
+
+    def _start_kubelet(self) -> None:
+        assert self.node_bin is not None
+        pki = self.dir / "pki"
+        kubelet = self.dir / "kubelet"
+        kubelet.mkdir()
+        resolv = self.dir / "resolv.conf"
+        # Pods with dnsPolicy Default get this, not the host's resolvers: no query leaves.
+        resolv.write_text(f"nameserver {NODE_IP}\n")
+        config = self._kubelet_config(pki, resolv)
         (kubelet / "config.yaml").write_text(yaml.safe_dump(config))
         self._spawn(
             "kubelet",
