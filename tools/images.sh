@@ -51,7 +51,8 @@ need=()
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v umoci >/dev/null || need+=(umoci)
 command -v buildah >/dev/null || need+=(buildah)
-[ -e /etc/containers/policy.json ] || need+=(containers-common)
+# Debian bookworm ships /etc/containers/policy.json in golang-github-containers-common.
+[ -e /etc/containers/policy.json ] || need+=(golang-github-containers-common)
 command -v flock >/dev/null || need+=(util-linux)
 command -v python3 >/dev/null || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
