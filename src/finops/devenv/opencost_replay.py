@@ -209,6 +209,31 @@ _CAPTURE_FILES: dict[tuple[str, tuple[str, ...], bool], str] = {
     ("/allocation", ("pod",), False): "allocation-namespace-filtered.json",
 }
 
+_CONTAINER_LEVEL = ("namespace", "pod", "container")
+"""Served from the pod capture (see `container_level`): what job pods ask for by default."""
+
+MULTI_CONTAINER = "__pod__"
+"""The container name the stand-in gives a pod whose capture names no single container."""
+
+
+def container_level(pods: dict[str, Alloc]) -> dict[str, Alloc]:
+    """The pod capture as OpenCost's `namespace,pod,container` answer would key it.
+
+    A pod-level allocation whose properties name one `container` is exactly that container's
+    allocation (OpenCost drops the property when a pod has several), so it is served as
+    `namespace/pod/container`. A pod with several containers cannot be split exactly; it is
+    served whole as container `__pod__`, which keeps every namespace and controller total as
+    captured (nothing is billed per container).
+    """
+    out: dict[str, Alloc] = {}
+    for name, item in pods.items():
+        container = (item.get("properties") or {}).get("container") or MULTI_CONTAINER
+        moved = copy.deepcopy(item)
+        moved["name"] = f"{name}/{container}"
+        moved.setdefault("properties", {})["container"] = container
+        out[moved["name"]] = moved
+    return out
+
 
 def _ts(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).strftime(_TS)
@@ -225,7 +250,8 @@ class Captures:
     hour (window, `start`, `end` moved by the same offset), so durations and quantities stay
     exactly as captured. `hours` limits which hours have data (None: every hour); other
     steps are empty sets `{}`. Only the captured aggregates are served (see
-    `_CAPTURE_FILES`); any other is answered 404 so a test cannot silently get wrong data.
+    `_CAPTURE_FILES`), plus `namespace,pod,container` derived from the pod capture (see
+    `container_level`); any other is answered 404 so a test cannot silently get wrong data.
     """
 
     def __init__(
@@ -246,6 +272,9 @@ class Captures:
         return self._cache[filename]
 
     def step(self, query: StepQuery) -> dict[str, Alloc]:
+        if query.aggregate == _CONTAINER_LEVEL and not query.include_idle:
+            pods = dataclasses.replace(query, aggregate=_CONTAINER_LEVEL[:2])
+            return container_level(self.step(pods))
         key = (query.path, query.aggregate, query.include_idle)
         filename = _CAPTURE_FILES.get(key)
         if filename is None:

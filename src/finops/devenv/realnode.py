@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import pathlib
+import shlex
 import shutil
 import signal
 import ssl
@@ -216,29 +217,35 @@ def _netns_cleanup() -> None:
 
 
 def _iptables_cleanup() -> None:
-    """Remove our chain and every chain kube-proxy and CNI made, in every table."""
-    for table in ("filter", "nat", "mangle"):
-        listing = _run(["iptables-save", "-t", table], check=False).stdout
-        ours = ("KUBE-", "CNI-", "FINOPS-")
-        rules = [
-            line
-            for line in listing.splitlines()
-            if line.startswith("-A ") and any(f"-j {p}" in line for p in ours)
-        ]
-        for rule in rules:
-            parts = rule.split()
-            if any(parts[1].startswith(p) for p in ours):
-                continue  # goes with the chain
-            _run(["iptables", "-t", table, "-D", *parts[1:]], check=False)
-        chains = [
-            line[1:].split()[0]
-            for line in listing.splitlines()
-            if line.startswith(":") and line[1:].startswith(ours)
-        ]
+    """Remove our chain and every chain kube-proxy and CNI made, in every table, IPv4 and IPv6.
+
+    Rules are split as a shell would (kube-proxy's carry quoted comments), so `-D` names the
+    very rule `iptables-save` printed; a chain still jumped to could not be deleted.
+    """
+    for tool in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            _iptables_table_cleanup(tool, table)
+
+
+_OUR_CHAINS = ("KUBE-", "CNI-", "FINOPS-")
+
+
+def _iptables_table_cleanup(tool: str, table: str) -> None:
+    listing = _run([f"{tool}-save", "-t", table], check=False).stdout
+    for line in listing.splitlines():
+        if not line.startswith("-A ") or not any(f"-j {p}" in line for p in _OUR_CHAINS):
+            continue
+        parts = shlex.split(line)
+        if not parts[1].startswith(_OUR_CHAINS):  # rules inside our chains go with them
+            _run([tool, "-t", table, "-D", *parts[1:]], check=False)
+    chains = [
+        line[1:].split()[0]
+        for line in listing.splitlines()
+        if line.startswith(":") and line[1:].startswith(_OUR_CHAINS)
+    ]
+    for action in ("-F", "-X"):
         for chain in chains:
-            _run(["iptables", "-t", table, "-F", chain], check=False)
-        for chain in chains:
-            _run(["iptables", "-t", table, "-X", chain], check=False)
+            _run([tool, "-t", table, action, chain], check=False)
 
 
 def teardown(state_root: pathlib.Path = STATE_ROOT) -> None:
@@ -254,6 +261,42 @@ def teardown(state_root: pathlib.Path = STATE_ROOT) -> None:
     if state_root.exists():
         _unmount_under(state_root)
         shutil.rmtree(state_root, ignore_errors=True)
+
+
+def leftovers(state_root: pathlib.Path = STATE_ROOT) -> list[str]:
+    """What a cluster left on this host: processes, interfaces, chains, mounts, namespaces.
+
+    Empty after a complete teardown; the cluster tier asserts that when it ends.
+    """
+    found: list[str] = []
+    root = str(state_root)
+    for proc in pathlib.Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if root in cmd:
+                    found.append(f"process {proc.name}: {cmd.strip()[:120]}")
+    for link in (BRIDGE, DUMMY):
+        if pathlib.Path("/sys/class/net", link).exists():
+            found.append(f"interface {link}")
+    for tool in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            listing = _run([f"{tool}-save", "-t", table], check=False).stdout
+            found += [
+                f"{tool} {table} {line.split()[0]}"
+                for line in listing.splitlines()
+                if line.startswith(tuple(f":{p}" for p in _OUR_CHAINS))
+            ]
+    for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4]
+        if point == root or point.startswith(root + "/"):
+            found.append(f"mount {point}")
+    netns = pathlib.Path("/var/run/netns")
+    if netns.is_dir():
+        found += [f"network namespace {ns.name}" for ns in netns.glob("cni-*")]
+    if state_root.exists():
+        found.append(f"folder {state_root}")
+    return found
 
 
 # -- the running cluster ------------------------------------------------------------------------

@@ -105,6 +105,32 @@ class TestRealCaptures:
         assert fixed.cpu_core_request_average == Decimal("0.5")
         assert fixed.ram_byte_request_average == Decimal(536870912)
 
+    def test_container_rows_are_the_pod_capture_keyed_by_container(
+        self, opencost_captures: replay.ReplayServer
+    ) -> None:
+        # What job pods ask for by default: every pod's quantities exactly, under the
+        # container its capture names (a pod of several containers whole, as `__pod__`).
+        pods = {r.name: r for r in fetch(opencost_captures.url, aggregate="namespace,pod")}
+        containers = fetch(opencost_captures.url, aggregate="namespace,pod,container")
+        assert len(containers) == len(pods)
+        for row in containers:
+            pod = pods[row.name.rsplit("/", 1)[0]]
+            assert row.container == (pod.container or replay.MULTI_CONTAINER)
+            assert row.name == f"{pod.name}/{row.container}"
+            assert row.aggregation == "namespace,pod,container"
+            assert (row.namespace, row.pod, row.controller_name) == (
+                pod.namespace,
+                pod.pod,
+                pod.controller_name,
+            )
+            assert (row.cpu_core_hours, row.ram_byte_hours, row.pv_byte_hours) == (
+                pod.cpu_core_hours,
+                pod.ram_byte_hours,
+                pod.pv_byte_hours,
+            )
+        whole = [r for r in containers if r.container == replay.MULTI_CONTAINER]
+        assert [r.pod for r in whole] == ["prometheus-server-f65957d55-ld28v"]
+
     def test_controller_rows_keep_unallocated_and_name_their_controllers(
         self, opencost_captures: replay.ReplayServer
     ) -> None:
