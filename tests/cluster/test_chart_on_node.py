@@ -1,16 +1,17 @@
-"""The chart on a real node, used as a platform team uses it.
+"""The chart with its bundled dependencies on a real node, used as a platform team uses it.
 
-`helm install` of the repository's chart with the bundled dependencies (PostgreSQL, the
-OpenCost stand-in, Prometheus), every workload Available, the examples applied with both
-CostJobs scheduled every minute, then: admission through the webhook Service, CronJobs fired
-by the real CronJob controller running the image's job modes, costs on the Subscriptions
-equal to the ledger and to the gateway's answer through its Service, garbage collection of a
-deleted CostJob's CronJob and Secret, an upgrade that rolls the manager without losing a
-charge row, and an uninstall that strands nothing. The tests run in file order and share one
-release.
+`helm install` of the repository's chart with `mdoDependencies.enabled=true` (PostgreSQL, the
+OpenCost stand-in replaying the real captures, Prometheus) and the starter CostJob, every
+workload Available, the examples applied with both CostJobs scheduled every minute, then:
+admission through the webhook Service, CronJobs fired by the real CronJob controller running
+the image's job modes, the chart's CostJob resources and sharding in the pod that runs,
+costs on the Subscriptions equal to the ledger and to the gateway's answer through its
+Service, garbage collection of a deleted CostJob's CronJob and Secret, an upgrade that rolls
+the manager without losing a charge row, and the documented uninstall that strands nothing.
+The tests run in file order and share one release.
 
-There is no cert-manager here: `certManager.enabled=false`, and the test does what such a
-cluster's admin does (the serving Secret and the caBundle; see `_chart.webhook_certificate`).
+There is no cert-manager here: `certManager.enabled=false`, and the release gets what such a
+cluster's admin provides (the serving Secret and the caBundle; `release.webhook_certificate`).
 """
 
 from __future__ import annotations
@@ -24,23 +25,14 @@ from typing import Any
 import httpx
 import pytest
 
-from finops.devenv import realnode
+from finops.devenv import realnode, release
 from tests.cluster import _chart
-from tests.cluster._chart import NAMESPACE, RELEASE
+from tests.cluster._chart import NAMESPACE, RELEASE, TENANT
 
-TENANT = "team-apps"
-# The OpenCost stand-in serves a generated cluster (namespaces ns-0000..ns-0002); this
-# Subscription meters one of them, next to the examples.
-GENERATED_SUB = "apps-generated"
-GENERATED = {
-    "apiVersion": "finops.stakater.com/v1alpha1",
-    "kind": "Subscription",
-    "metadata": {"name": GENERATED_SUB, "namespace": TENANT},
-    "spec": {
-        "offeringRef": {"name": "app-hosting", "namespace": NAMESPACE},
-        "parent": {"subscriptionRef": {"name": "apps-platform", "namespace": TENANT}},
-        "usageSources": [{"namespace": "ns-0000"}],
-    },
+STARTER_CRONJOB = f"{RELEASE}-daily-scraping-job-cronjob"
+STARTER_RESOURCES = {
+    "requests": {"cpu": "100m", "memory": "96Mi"},
+    "limits": {"cpu": "1", "memory": "320Mi"},
 }
 
 
@@ -51,74 +43,64 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 @pytest.fixture(scope="module")
 def values(images: dict[str, realnode.Image]) -> dict[str, Any]:
-    return _chart.merge(
-        _chart.image_values(images),
-        {"certManager": {"enabled": False}, "mdoDependencies": {"enabled": True}},
+    return release.merge(
+        release.image_values(images),
+        {
+            "certManager": {"enabled": False},
+            "mdoDependencies": {"enabled": True},
+            "costJob": {
+                "enabled": True,
+                "interval": "1h",
+                "resources": STARTER_RESOURCES,
+                "sharding": {"namespacesPerShard": 2, "concurrency": 2},
+            },
+        },
     )
 
 
 @pytest.fixture(scope="module")
-def release(
+def installed(
     node: realnode.RealNode, values: dict[str, Any], workdir: pathlib.Path
 ) -> Iterator[str]:
-    node.kubectl("create", "namespace", NAMESPACE)
-    _chart.helm(
-        node,
-        "install",
-        RELEASE,
-        str(_chart._helm.CHART),
-        "-n",
-        NAMESPACE,
-        "-f",
-        _chart.values_file(values, workdir),
-    )
-    _chart.webhook_certificate(node, NAMESPACE, RELEASE)
-    _chart.wait_for(
-        "every Deployment and StatefulSet Available",
-        lambda: _chart.workloads_available(node, NAMESPACE),
-        300,
-        node,
-    )
+    release.install(node, values, workdir)
     yield RELEASE
 
 
-def pods(node: realnode.RealNode, namespace: str, selector: str = "") -> list[dict[str, Any]]:
-    args = ["pods", "-n", namespace] + (["-l", selector] if selector else [])
-    found = _chart.get(node, *args)
-    return list(found["items"]) if found else []
-
-
 def test_every_pod_of_the_release_runs_as_its_image_says(
-    node: realnode.RealNode, release: str
+    node: realnode.RealNode, installed: str
 ) -> None:
-    running = pods(node, NAMESPACE)
-    assert running, "no pod in the release namespace"
+    running = [  # the workloads' pods; a CronJob's Job may have come and gone meanwhile
+        p
+        for p in _chart.pods(node, NAMESPACE)
+        if not any(o["kind"] == "Job" for o in p["metadata"].get("ownerReferences") or [])
+    ]
+    names = sorted(p["metadata"]["name"].rsplit("-", 2)[0] for p in running)
+    assert len(running) == 5, names  # manager, gateway, PostgreSQL, OpenCost, Prometheus
     for pod in running:
         assert pod["status"]["phase"] == "Running", json.dumps(pod["status"])[:2000]
         for status in pod["status"]["containerStatuses"]:
             assert status["ready"], f"{pod['metadata']['name']}/{status['name']} not ready"
-    manager = pods(node, NAMESPACE, "control-plane=controller-manager")
-    assert len(manager) == 1
-    security = manager[0]["spec"]["containers"][0].get("securityContext") or {}
-    assert security.get("readOnlyRootFilesystem") is True
-    # The image's numeric non-root user is the one the container runs as.
+            # Every image runs as a non-root user.
+            uid = node.kubectl(
+                "exec", "-n", NAMESPACE, pod["metadata"]["name"], "-c", status["name"], "--",
+                "python3", "-c", "import os; print(os.getuid())",
+            ).stdout.strip()  # fmt: skip
+            assert uid not in ("", "0"), f"{pod['metadata']['name']}/{status['name']} is root"
+    (manager,) = _chart.pods(node, NAMESPACE, "control-plane=controller-manager")
+    container = manager["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # The image's numeric user, the one runAsNonRoot can verify.
     uid = node.kubectl(
-        "exec",
-        "-n",
-        NAMESPACE,
-        manager[0]["metadata"]["name"],
-        "--",
-        "python3",
-        "-c",
+        "exec", "-n", NAMESPACE, manager["metadata"]["name"], "--", "python3", "-c",
         "import os; print(os.getuid())",
-    ).stdout.strip()
+    ).stdout.strip()  # fmt: skip
     assert uid == "65532"
 
 
 def test_the_examples_apply_and_a_bad_offering_is_refused_by_the_webhook_service(
-    node: realnode.RealNode, release: str
+    node: realnode.RealNode, installed: str
 ) -> None:
-    node.apply([*_chart.examples("1m"), GENERATED])
+    node.apply(release.examples("1m"))
     bad = {
         "apiVersion": "finops.stakater.com/v1alpha1",
         "kind": "Offering",
@@ -140,141 +122,127 @@ def test_the_examples_apply_and_a_bad_offering_is_refused_by_the_webhook_service
     assert f"circular dependency detected: {NAMESPACE}/loop -> {NAMESPACE}/loop" in done.stderr
 
     def all_active() -> bool:
-        subs = _chart.get(node, "subscriptions", "-n", TENANT) or {"items": []}
-        return len(subs["items"]) == 4 and all(
-            (s.get("status") or {}).get("activatedAt") for s in subs["items"]
-        )
+        subs = _chart.tenant_subscriptions(node).values()
+        return len(subs) == 3 and all((s.get("status") or {}).get("activatedAt") for s in subs)
 
-    _chart.wait_for(
-        "the example Subscriptions and the generated one activated", all_active, 120, node
-    )
+    release.wait_for(node, "the example Subscriptions activated", all_active, 120)
 
 
 def completed_jobs(node: realnode.RealNode, cronjob: str) -> list[dict[str, Any]]:
-    jobs = _chart.get(node, "jobs", "-n", NAMESPACE) or {"items": []}
     return [
         j
-        for j in jobs["items"]
+        for j in release.items(node, "jobs", "-n", NAMESPACE)
         if any(o.get("name") == cronjob for o in j["metadata"].get("ownerReferences") or [])
         and (j.get("status") or {}).get("succeeded")
     ]
 
 
-@pytest.mark.parametrize("costjob", ["resource-cost-collection", "subscription-charge-collection"])
+@pytest.mark.parametrize("cronjob", [_chart.ALLOCATION_CRONJOB, _chart.CHARGE_CRONJOB])
 def test_each_costjob_cronjob_fires_and_its_pod_runs_the_job_mode_to_completion(
-    node: realnode.RealNode, release: str, costjob: str
+    node: realnode.RealNode, installed: str, cronjob: str
 ) -> None:
-    cronjob = f"{costjob}-cronjob"
-    cj = _chart.get(node, "cronjob", "-n", NAMESPACE, cronjob)
+    cj = release.get(node, "cronjob", "-n", NAMESPACE, cronjob)
     assert cj is not None, f"no CronJob {cronjob}"
     assert cj["spec"]["schedule"] == "* * * * *"
-    _chart.wait_for(
+    release.wait_for(
+        node,
         f"a Job of CronJob {cronjob} completed",
         lambda: bool(completed_jobs(node, cronjob)),
         200,
-        node,
-        interval=2,
+        every=2,
     )
     job = completed_jobs(node, cronjob)[0]
-    scheduled = job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"]
-    template = job["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e for e in template["env"]}
+    scheduled = job["metadata"]["annotations"][release.SCHEDULED_ANNOTATION]
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "fieldRef" in env["SCHEDULED_TIMESTAMP"]["valueFrom"]
-    pod = pods(node, NAMESPACE, f"job-name={job['metadata']['name']}")[0]
+    (pod,) = _chart.pods(node, NAMESPACE, f"job-name={job['metadata']['name']}")
     assert pod["status"]["phase"] == "Succeeded"
     logs = node.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"]).stdout
-    # The pod pinned its hour from the downward-API timestamp the CronJob controller set.
-    hour = dt.datetime.fromisoformat(scheduled.replace("Z", "+00:00")).replace(
-        minute=0, second=0, microsecond=0
-    )
-    if costjob == "resource-cost-collection":
+    # The pod pinned its hour from the timestamp the CronJob controller set.
+    hour = dt.datetime.fromisoformat(scheduled.replace("Z", "+00:00"))
+    if cronjob == _chart.ALLOCATION_CRONJOB:
         assert f"up to {hour.strftime('%Y-%m-%dT%H:00:00Z')}" in logs, logs[-3000:]
-    status = _chart.get(node, "costjob", "-n", NAMESPACE, costjob)["status"]
+    costjob = cronjob.removesuffix("-cronjob")
+    status = release.get(node, "costjob", "-n", NAMESPACE, costjob)["status"]
     assert status.get("lastStatus") or status.get("conditions"), status
 
 
-def ledger_sums(node: realnode.RealNode) -> dict[str, int]:
-    """Ledger total per Subscription uid."""
-    rows = _chart.psql(
-        node,
-        NAMESPACE,
-        RELEASE,
-        "SELECT subscription_uid, sum(amount_micros) FROM subscription_charges GROUP BY 1",
-    )
-    out: dict[str, int] = {}
-    for line in rows.splitlines():
-        uid, total = line.split("\t")
-        out[uid] = int(total)
-    return out
-
-
-def tenant_uids(node: realnode.RealNode) -> dict[str, str]:
-    subs = _chart.get(node, "subscriptions", "-n", TENANT)["items"]
-    return {s["metadata"]["uid"]: s["metadata"]["name"] for s in subs}
+def test_the_starter_costjob_runs_with_the_charts_resources_and_sharding(
+    node: realnode.RealNode, installed: str
+) -> None:
+    cj = release.get(node, "cronjob", "-n", NAMESPACE, STARTER_CRONJOB)
+    assert cj is not None, "costJob.enabled rendered no starter CostJob"
+    logs = release.run_job(node, NAMESPACE, STARTER_CRONJOB, "starter-by-hand")
+    (pod,) = _chart.pods(node, NAMESPACE, "job-name=starter-by-hand")
+    (loader,) = pod["spec"]["containers"]
+    assert loader["resources"] == STARTER_RESOURCES
+    # The six captured namespaces in shards of two, two at a time.
+    assert "3 shard(s) of at most 2 namespaces, 2 at a time" in logs, logs[-3000:]
 
 
 def test_costs_appear_on_the_subscriptions_and_equal_the_ledger(
-    node: realnode.RealNode, release: str
+    node: realnode.RealNode, installed: str
 ) -> None:
-    metered = next(u for u, n in tenant_uids(node).items() if n == GENERATED_SUB)
+    subs = _chart.tenant_subscriptions(node)
+    # apps-observability meters prometheus-system, whose captured volume is there all hour.
+    metered = next(u for u, s in subs.items() if s["metadata"]["name"] == "apps-observability")
 
-    def costed() -> bool:
-        return ledger_sums(node).get(metered, 0) > 0
+    def agree() -> bool:
+        anchor = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+        settled = _chart.month_settled(node, anchor)
+        now = _chart.tenant_subscriptions(node)
+        return usage_charged(node, metered) > 0 and all(
+            _chart.month_current(sub) == settled.get(uid, 0) for uid, sub in now.items()
+        )
 
-    _chart.wait_for("usage of the generated namespace charged", costed, 240, node, interval=5)
-    sub = _chart.get(node, "subscription", "-n", TENANT, GENERATED_SUB)
-    costs = (sub.get("status") or {}).get("costs") or []
-    assert costs, f"{GENERATED_SUB} has no status.costs: {sub.get('status')}"
+    release.wait_for(node, "status.costs equal to the ledger, usage charged", agree, 240, every=5)
+
+
+def usage_charged(node: realnode.RealNode, uid: str) -> int:
+    return int(
+        _chart.psql(
+            node,
+            "SELECT coalesce(sum(amount_micros), 0) FROM subscription_charges"
+            f" WHERE subscription_uid = '{uid}' AND source <> 'subscription'",
+        )
+    )
 
 
 def test_the_gateway_answers_through_its_service_with_the_ledger_sums(
-    node: realnode.RealNode, release: str
+    node: realnode.RealNode, installed: str
 ) -> None:
-    svc = _chart.get(node, "service", "-n", NAMESPACE, f"{RELEASE}-finops-gateway-service")
+    svc = release.get(node, "service", "-n", NAMESPACE, f"{RELEASE}-finops-gateway-service")
     assert svc is not None
-    ip = svc["spec"]["clusterIP"]
-    node.kubectl("create", "serviceaccount", "reader", "-n", TENANT, check=False)
+    url = f"http://{svc['spec']['clusterIP']}:8080/api/v1/namespaces/{TENANT}/costs"
+    node.kubectl("create", "serviceaccount", "reader", "-n", TENANT)
     node.kubectl(
-        "create",
-        "rolebinding",
-        "reader-view",
-        "-n",
-        TENANT,
-        "--clusterrole=view",
+        "create", "rolebinding", "reader-view", "-n", TENANT, "--clusterrole=view",
         f"--serviceaccount={TENANT}:reader",
-        check=False,
-    )
+    )  # fmt: skip
     token = node.kubectl("create", "token", "reader", "-n", TENANT).stdout.strip()
     now = dt.datetime.now(dt.UTC)
-    start = (now - dt.timedelta(days=2)).strftime("%Y-%m-%dT00:00:00Z")
-    end = (now + dt.timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
-    uids = tenant_uids(node)
-    sums = {u: v for u, v in ledger_sums(node).items() if u in uids}
-    resp = httpx.get(
-        f"http://{ip}:8080/api/v1/namespaces/{TENANT}/costs",
-        params={"from": start, "to": end},
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    )
+    window = {
+        "from": (now - dt.timedelta(days=2)).strftime("%Y-%m-%dT00:00:00Z"),
+        "to": (now + dt.timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z"),
+    }
+    uids = set(_chart.tenant_subscriptions(node))
+    ledger: dict[str, int] = {}
+    for (uid, _hour, _source), amount in _chart.charge_rows(node).items():
+        if uid in uids:
+            ledger[uid] = ledger.get(uid, 0) + amount
+    resp = httpx.get(url, params=window, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert resp.status_code == 200, resp.text
-    body = resp.json()
-    by_uid: dict[str, int] = {}
-    for item in body["items"]:
-        by_uid[item["subscriptionUid"]] = by_uid.get(item["subscriptionUid"], 0) + int(
-            item["totalMicros"]
-        )
-    assert {u: v for u, v in by_uid.items() if v} == {u: v for u, v in sums.items() if v}
-    assert sum(sums.values()) > 0
-    denied = httpx.get(
-        f"http://{ip}:8080/api/v1/namespaces/{TENANT}/costs",
-        params={"from": start, "to": end},
-        timeout=30,
-    )
-    assert denied.status_code == 401
+    answered: dict[str, int] = {}
+    for item in resp.json()["items"]:
+        uid = item["subscriptionUid"]
+        answered[uid] = answered.get(uid, 0) + int(item["totalMicros"])
+    assert {u: v for u, v in answered.items() if v} == {u: v for u, v in ledger.items() if v}
+    assert sum(ledger.values()) > 0
+    assert httpx.get(url, params=window, timeout=30).status_code == 401
 
 
 def test_deleting_a_costjob_garbage_collects_its_cronjob_and_secret(
-    node: realnode.RealNode, release: str
+    node: realnode.RealNode, installed: str
 ) -> None:
     spare = {
         "apiVersion": "finops.stakater.com/v1alpha1",
@@ -283,15 +251,15 @@ def test_deleting_a_costjob_garbage_collects_its_cronjob_and_secret(
         "spec": {"type": "ResourceCostCollection", "interval": "24h"},
     }
     node.apply([spare])
-    _chart.wait_for(
-        "the spare CronJob",
-        lambda: _chart.get(node, "cronjob", "-n", NAMESPACE, "spare-cronjob") is not None,
-        60,
+    release.wait_for(
         node,
+        "the spare CronJob",
+        lambda: release.get(node, "cronjob", "-n", NAMESPACE, "spare-cronjob") is not None,
+        60,
     )
     owned = [
         s["metadata"]["name"]
-        for s in (_chart.get(node, "secrets", "-n", NAMESPACE) or {"items": []})["items"]
+        for s in release.items(node, "secrets", "-n", NAMESPACE)
         if any(
             o.get("kind") == "CostJob" and o.get("name") == "spare"
             for o in s["metadata"].get("ownerReferences") or []
@@ -301,82 +269,102 @@ def test_deleting_a_costjob_garbage_collects_its_cronjob_and_secret(
     node.kubectl("delete", "costjob", "spare", "-n", NAMESPACE, "--wait=true")
 
     def gone() -> bool:
-        return _chart.get(node, "cronjob", "-n", NAMESPACE, "spare-cronjob") is None and all(
-            _chart.get(node, "secret", "-n", NAMESPACE, name) is None for name in owned
+        return release.get(node, "cronjob", "-n", NAMESPACE, "spare-cronjob") is None and all(
+            release.get(node, "secret", "-n", NAMESPACE, name) is None for name in owned
         )
 
-    _chart.wait_for("CronJob and Secret of the deleted CostJob collected", gone, 60, node)
+    release.wait_for(node, "CronJob and Secret of the deleted CostJob collected", gone, 60)
 
 
 def test_an_upgrade_rolls_the_manager_and_loses_no_charge_row(
-    node: realnode.RealNode, release: str, values: dict[str, Any], workdir: pathlib.Path
+    node: realnode.RealNode, installed: str, values: dict[str, Any], workdir: pathlib.Path
 ) -> None:
-    before = _chart.psql(
-        node,
-        NAMESPACE,
-        RELEASE,
-        "SELECT count(*), coalesce(sum(amount_micros), 0) FROM subscription_charges",
-    )
-    old = {p["metadata"]["name"] for p in pods(node, NAMESPACE, "control-plane=controller-manager")}
-    changed = _chart.merge(
+    before = _chart.charge_rows(node)
+    assert before
+    manager_pods = "control-plane=controller-manager"
+    old = {p["metadata"]["name"] for p in _chart.pods(node, NAMESPACE, manager_pods)}
+    changed = release.merge(
         values, {"controllerManager": {"manager": {"env": {"finopsWorkers": "2"}}}}
     )
-    _chart.helm(
-        node,
-        "upgrade",
-        RELEASE,
-        str(_chart._helm.CHART),
-        "-n",
-        NAMESPACE,
-        "-f",
-        _chart.values_file(changed, workdir),
-    )
+    release.helm(
+        node, "upgrade", RELEASE, str(release.CHART), "-n", NAMESPACE,
+        "-f", release.values_file(changed, workdir),
+    )  # fmt: skip
 
     def rolled() -> bool:
-        now = pods(node, NAMESPACE, "control-plane=controller-manager")
+        now = _chart.pods(node, NAMESPACE, "control-plane=controller-manager")
         return (
             len(now) == 1
             and now[0]["metadata"]["name"] not in old
-            and now[0]["status"]["phase"] == "Running"
             and all(c["ready"] for c in now[0]["status"].get("containerStatuses") or [])
         )
 
-    _chart.wait_for("the manager rolled to the new values", rolled, 180, node)
-    env = pods(node, NAMESPACE, "control-plane=controller-manager")[0]["spec"]["containers"][0]
-    assert {"name": "FINOPS_WORKERS", "value": "2"} in env["env"]
-    count, total = before.split("\t")
-    after = _chart.psql(
-        node,
-        NAMESPACE,
-        RELEASE,
-        "SELECT count(*), coalesce(sum(amount_micros), 0) FROM subscription_charges",
+    release.wait_for(node, "the manager rolled to the new values", rolled, 180)
+    (manager,) = _chart.pods(node, NAMESPACE, "control-plane=controller-manager")
+    assert {"name": "FINOPS_WORKERS", "value": "2"} in manager["spec"]["containers"][0]["env"]
+    after = _chart.charge_rows(node)
+    assert set(before) <= set(after), sorted(set(before) - set(after))
+    # Hours before the one in progress are settled: not a micro of them moved.
+    current = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H")
+    settled = {k: v for k, v in before.items() if k[1] < current}
+    assert settled == {k: after[k] for k in settled}
+
+
+def test_the_documented_uninstall_strands_nothing(node: realnode.RealNode, installed: str) -> None:
+    # 1. Subscriptions: each winds down until a charge run settles its last billable hour.
+    node.kubectl("delete", "subscriptions", "--all", "-n", TENANT, "--wait=false")
+
+    def waiting() -> bool:
+        subs = _chart.tenant_subscriptions(node).values()
+        return all(
+            _chart.condition(s, "Deleting").get("reason") == "WaitingForCollectionJob"
+            and s["status"].get("deactivatedAt")
+            for s in subs
+        )
+
+    release.wait_for(node, "Subscriptions waiting for the collection job", waiting, 120)
+    # A Subscription's last billable hour holds its fee's final boundary: app-hosting's daily
+    # fee closes at the next midnight. The runs that release them all are the ones the
+    # CronJobs make a little after it.
+    ends = [
+        dt.datetime.fromisoformat(s["status"]["deactivatedAt"].replace("Z", "+00:00"))
+        for s in _chart.tenant_subscriptions(node).values()
+    ]
+    later = (max(ends) + dt.timedelta(days=1)).replace(hour=2, minute=5, second=0)
+    release.run_job(node, NAMESPACE, _chart.ALLOCATION_CRONJOB, "later-allocations", later)
+    release.run_job(node, NAMESPACE, _chart.CHARGE_CRONJOB, "later-charges", later)
+    release.wait_for(
+        node, "every Subscription released", lambda: not _chart.tenant_subscriptions(node), 120
     )
-    count_after, _total_after = after.split("\t")
-    assert int(count_after) >= int(count), (before, after)
-    kept = _chart.psql(node, NAMESPACE, RELEASE, "SELECT count(*) FROM subscription_charges")
-    assert int(kept) >= int(count)
-    del total
-
-
-def test_uninstall_removes_every_workload_and_binding_of_the_release(
-    node: realnode.RealNode, release: str
-) -> None:
-    # CostJobs first, while the manager runs: their CronJobs and Secrets go with them.
-    # Subscriptions keep their finalizer until their billing settles (the hour closes),
-    # which is longer than this test waits, so they are left to the ledger.
-    node.kubectl("delete", "costjobs", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
-    _chart.helm(node, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
-
-    def empty() -> bool:
-        left = pods(node, NAMESPACE)
-        return not left
-
-    _chart.wait_for("every pod of the release gone", empty, 180, node)
+    # 2. Offerings; the webhook allows it now. 3. CostJobs (and their CronJobs), PriceBooks,
+    # the provider.
+    node.kubectl("delete", "offerings", "--all", "-n", NAMESPACE)
+    node.kubectl("delete", "costjobs,pricebooks", "--all", "-n", NAMESPACE, "--wait=true")
+    node.kubectl("delete", "finopsprovider", "default", "--ignore-not-found")
+    release.wait_for(
+        node,
+        "every generated CronJob collected",
+        lambda: not release.items(node, "cronjobs", "-n", NAMESPACE),
+        60,
+    )
+    # 4. The release.
+    release.helm(node, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    release.wait_for(
+        node, "every pod of the release gone", lambda: not _chart.pods(node, NAMESPACE), 180
+    )
+    label = f"app.kubernetes.io/instance={RELEASE}"
     for kind in ("deployments", "statefulsets", "cronjobs", "jobs", "services", "configmaps"):
-        found = _chart.get(
-            node, kind, "-n", NAMESPACE, "-l", f"app.kubernetes.io/instance={RELEASE}"
-        ) or {"items": []}
-        assert not found["items"], f"{kind} left: {[i['metadata']['name'] for i in found['items']]}"
+        left = release.items(node, kind, "-n", NAMESPACE, "-l", label)
+        assert not left, f"{kind} left: {[i['metadata']['name'] for i in left]}"
     for kind in ("clusterroles", "clusterrolebindings", "validatingwebhookconfigurations"):
-        found = _chart.get(node, kind, "-l", f"app.kubernetes.io/instance={RELEASE}")
+        found = release.get(node, kind, "-l", label)
         assert found is not None and not found["items"], kind
+    # 5. The CRDs; nothing holds a finalizer, so they go at once.
+    crds = [
+        c["metadata"]["name"]
+        for c in release.items(node, "crds")
+        if c["spec"]["group"] == "finops.stakater.com"
+    ]
+    assert len(crds) == 5
+    node.kubectl("delete", "crds", *crds, "--timeout=60s")
+    assert not [c for c in release.items(node, "crds") if "finops" in c["metadata"]["name"]]

@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import traceback
 import urllib.parse
 
@@ -133,3 +134,78 @@ class TestSecretsStaySecret:
         dsn = f"postgresql://u:{urllib.parse.quote(secret, safe='')}@h/db"
         text = f"a {secret} b {urllib.parse.quote(secret, safe='')} c"
         assert pool.redact(text, dsn) == "a ******** b ******** c"
+
+
+class TestWaitingAtStart:
+    """The manager and the gateway wait for a database that is still starting, not for one
+    that refuses them."""
+
+    def test_a_server_that_comes_up_later_is_waited_for(self) -> None:
+        with postgres.PostgresCluster() as pg:
+            pg.stop_server()
+            waits: list[float] = []
+            later = threading.Timer(2.0, pg.start_server)
+            later.start()
+            try:
+                pool.wait_until_reachable(
+                    pg.admin_dsn, within=30, on_retry=lambda exc, wait: waits.append(wait)
+                )
+            finally:
+                later.join()
+            assert waits, "the first attempt cannot have reached a stopped server"
+            assert waits[:2] == [1.0, 2.0][: len(waits[:2])]
+            with psycopg.connect(pg.admin_dsn) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+
+    def test_a_refused_password_is_raised_at_once(
+        self, pg_server: postgres.PostgresCluster
+    ) -> None:
+        retried: list[float] = []
+        with pytest.raises(pool.LedgerConnectionError) as err:
+            pool.wait_until_reachable(
+                pg_server.password_dsn(password="not-it"),
+                on_retry=lambda exc, wait: retried.append(wait),
+            )
+        assert not err.value.transient
+        assert retried == []
+        assert "not-it" not in str(err.value)
+
+    def test_a_server_that_never_answers_is_given_up_after_the_wait(self) -> None:
+        now = [0.0]
+        waits: list[float] = []
+
+        def sleep(seconds: float) -> None:
+            waits.append(seconds)
+            now[0] += seconds
+
+        dsn = f"host=127.0.0.1 port={postgres.free_port()} user=nobody dbname=none"
+        with pytest.raises(pool.LedgerConnectionError) as err:
+            pool.wait_until_reachable(dsn, within=20, sleep=sleep, clock=lambda: now[0])
+        assert err.value.transient
+        # Backing off 1, 2, 4, 8 s, then what is left of the 20 s, then giving up.
+        assert waits == [1.0, 2.0, 4.0, 8.0, 5.0]
+        assert "127.0.0.1" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("message", "again"),
+    [
+        (
+            'connection failed: connection to server at "10.0.0.5", port 5432 failed: '
+            "Connection refused\n\tIs the server running on that host and accepting TCP/IP "
+            "connections?",
+            True,
+        ),
+        ('failed to resolve host "db.svc": [Errno -2] Name or service not known', True),
+        ("connection timeout expired", True),
+        ("FATAL:  the database system is starting up", True),
+        ("FATAL:  the database system is not yet accepting connections", True),
+        ('FATAL:  password authentication failed for user "finops"', False),
+        ('FATAL:  database "finopsdb" does not exist', False),
+        ('FATAL:  role "finops" does not exist', False),
+    ],
+)
+def test_only_unreachable_or_starting_servers_are_worth_another_try(
+    message: str, again: bool
+) -> None:
+    assert pool.transient(message) is again

@@ -18,7 +18,19 @@ def register(sub: Any) -> None:
         "controller; apply examples/; run allocation and charge collection for a few simulated "
         "hours; print a cost table. Stops cleanly on Ctrl-C.",
     )
-    p.add_argument("--hours", type=int, default=3, help="simulated hours of collection (default 3)")
+    p.add_argument(
+        "--hours",
+        type=int,
+        default=None,
+        help="simulated hours of collection (default 3; not with --real-node)",
+    )
+    p.add_argument(
+        "--real-node",
+        action="store_true",
+        help="run the chart's pods on a real single-node cluster on this machine (root; builds "
+        "the images, installs the chart with its dependencies, runs the CronJobs on the real "
+        "clock)",
+    )
     p.add_argument(
         "--exit-after-report",
         action="store_true",
@@ -35,9 +47,21 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the sandbox (imports its heavy dependencies only when asked for)."""
+    if args.real_node:
+        if args.hours is not None:
+            print(
+                "finops sandbox: --hours simulates hours in-process; with --real-node the "
+                "CronJobs run on the real clock, so leave --hours out",
+                file=sys.stderr,
+            )
+            return 1
+        from finops.devenv import node_sandbox
+
+        return node_sandbox.run(args.exit_after_report, sys.stdout)
     from finops.devenv import sandbox
 
-    if args.hours < 0:
+    hours = 3 if args.hours is None else args.hours
+    if hours < 0:
         print("finops sandbox: --hours must be 0 or more", file=sys.stderr)
         return 1
-    return sandbox.run(args.hours, args.exit_after_report, args.state_dir, sys.stdout)
+    return sandbox.run(hours, args.exit_after_report, args.state_dir, sys.stdout)

@@ -251,11 +251,17 @@ class Manager:
             await self.hierarchy.aclose()
 
 
-def migrate_database(dsn: str) -> list[int]:
-    """Apply pending SQL migrations under the store's advisory lock (a failure to connect is
-    reported without the password)."""
-    from finops.store import migrate, unit
+def _waiting_for_database(exc: Exception, wait: float) -> None:
+    log.info("waiting for PostgreSQL", extra={"reason": str(exc), "retryInSeconds": wait})
 
+
+def migrate_database(dsn: str) -> list[int]:
+    """Apply pending SQL migrations under the store's advisory lock, once PostgreSQL accepts
+    connections (a fresh install starts the manager beside its database); a failure to
+    connect is reported without the password."""
+    from finops.store import migrate, pool, unit
+
+    pool.wait_until_reachable(dsn, on_retry=_waiting_for_database)
     with unit.connect(dsn) as conn:
         return [m.version for m in migrate.apply(conn)]
 

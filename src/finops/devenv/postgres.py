@@ -127,8 +127,13 @@ class PostgresCluster:
         *,
         base_dir: pathlib.Path | None = None,
         start_timeout: float = 60.0,
+        remote: tuple[str, str] | None = None,
     ) -> None:
+        """`remote` = (address, client CIDR): also listen on `address` and let clients from
+        the CIDR in as `PASSWORD_ROLE` with its password (how pods reach a database that
+        runs outside their cluster); loopback only by default."""
         self.bin_dir = bin_dir or find_bin_dir()
+        self.remote = remote
         self.start_timeout = start_timeout
         self.password = secrets.token_urlsafe(18)
         self.port = 0
@@ -177,6 +182,12 @@ class PostgresCluster:
         return self.dsn(
             dbname, user=PASSWORD_ROLE, password=self.password if password is None else password
         )
+
+    def remote_dsn(self, dbname: str) -> str:
+        """DSN for `PASSWORD_ROLE` at the `remote` address, as a client elsewhere uses it."""
+        if self.remote is None:
+            raise PostgresError("the cluster listens on loopback only (no `remote` address)")
+        return self.dsn(dbname, user=PASSWORD_ROLE, password=self.password, host=self.remote[0])
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -266,11 +277,13 @@ class PostgresCluster:
             "local all all trust\n"
             "host  all all 127.0.0.1/32 trust\n"
         )
+        if self.remote is not None:
+            hba += f"host  all {PASSWORD_ROLE} {self.remote[1]} scram-sha-256\n"
         (self.data_dir / "pg_hba.conf").write_text(hba)
 
     def _server_args(self) -> list[str]:
         settings = {
-            "listen_addresses": "127.0.0.1",
+            "listen_addresses": ",".join(["127.0.0.1", *([self.remote[0]] if self.remote else [])]),
             "port": str(self.port),
             "unix_socket_directories": str(self.socket_dir),
             "fsync": "off",

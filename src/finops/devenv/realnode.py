@@ -680,6 +680,13 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.grpc.v1.cri.
         found = [n for n in listing if n.startswith(image.repository + "@")]
         return found[-1:] if found and image.ref not in listing else []
 
+    def kill_container(self, container_id: str) -> None:
+        """SIGKILL a container's process, as the kernel's OOM killer or a crash would."""
+        cid = container_id.removeprefix("containerd://")
+        done = self._ctr("tasks", "kill", "--signal", "SIGKILL", cid)
+        if done.returncode != 0:
+            raise RealNodeError(f"killing container {cid}: {done.stderr.strip()}")
+
     def images(self) -> list[str]:
         """Image references the node holds."""
         return self._ctr("images", "list", "-q").stdout.split()

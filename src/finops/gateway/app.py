@@ -282,11 +282,16 @@ def build(
     )
 
 
+def _waiting_for_database(exc: Exception, wait: float) -> None:
+    log.info("waiting for PostgreSQL (%s); next try in %.0fs", exc, wait)
+
+
 def main() -> int:
     """Console entry `finops-gateway`: serve on `PORT` until stopped."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         settings = Settings.from_env()
+        pool.wait_until_reachable(settings.dsn, on_retry=_waiting_for_database)
         ledger = pool.open_pool(settings.dsn, apply_migrations=False, name="finops-gateway")
     except (pool.LedgerConnectionError, ValueError) as exc:
         log.error("gateway cannot start: %s", exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias, TypeVar
@@ -41,7 +42,39 @@ class LedgerError(RuntimeError):
 
 
 class LedgerConnectionError(LedgerError):
-    """The ledger database is misconfigured or cannot be reached (message is secret-free)."""
+    """The ledger database is misconfigured or cannot be reached (message is secret-free).
+
+    `transient` is true when the server could not be reached or is still starting, so the
+    same attempt may succeed later; false for a refusal (password, role, database name).
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+STARTUP_WAIT_SECONDS = 45.0
+"""How long the manager and the gateway wait at start for PostgreSQL to accept connections.
+
+A fresh install starts them beside the bundled database, which takes tens of seconds to
+come up; waiting (and saying so) beats a crash loop. It stays below the ~55 s after which
+the chart's liveness probes restart a process that never started serving.
+"""
+
+
+_STARTING = (
+    "the database system is starting up",
+    "the database system is not yet accepting connections",
+    "the database system is in recovery mode",
+    "the database system is shutting down",
+)
+
+
+def transient(message: str) -> bool:
+    """A connection failure worth retrying, from libpq's message (a failed connection has
+    no SQLSTATE to read): the server never answered, or answered that it is starting,
+    recovering or stopping. A refusal (password, role, database) is a server FATAL too."""
+    return "FATAL:" not in message or any(state in message for state in _STARTING)
 
 
 class LedgerUnavailable(LedgerError):
@@ -101,7 +134,10 @@ def redact(text: str, dsn: str) -> str:
 
 def _failure(dsn: str, what: str, exc: BaseException) -> LedgerConnectionError:
     reason = redact(str(exc).strip() or type(exc).__name__, dsn)
-    return LedgerConnectionError(f"cannot {what} PostgreSQL at {describe(dsn)}: {reason}")
+    again = isinstance(exc, psycopg.OperationalError) and transient(str(exc))
+    return LedgerConnectionError(
+        f"cannot {what} PostgreSQL at {describe(dsn)}: {reason}", transient=again
+    )
 
 
 def _check_dsn(dsn: str) -> None:
@@ -121,6 +157,32 @@ def connect(
         return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=connect_timeout)
     except psycopg.Error as exc:
         raise _failure(dsn, "connect to", exc) from None
+
+
+def wait_until_reachable(
+    dsn: str,
+    within: float = STARTUP_WAIT_SECONDS,
+    *,
+    on_retry: Callable[[LedgerConnectionError, float], None] = lambda exc, wait: None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Return once PostgreSQL at `dsn` accepts a connection; retry transient failures
+    (reporting each through `on_retry` with the wait before the next try) for up to
+    `within` seconds, then raise the last one. A refusal is raised at once."""
+    deadline, delay = clock() + within, 1.0
+    while True:
+        try:
+            connect(dsn, autocommit=True, connect_timeout=5).close()
+            return
+        except LedgerConnectionError as exc:
+            left = deadline - clock()
+            if not exc.transient or left <= 0:
+                raise
+            wait = min(delay, left)
+            on_retry(exc, wait)
+            sleep(wait)
+            delay = min(delay * 2, 8.0)
 
 
 def open_pool(
