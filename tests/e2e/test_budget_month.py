@@ -38,14 +38,12 @@ from finops.controller import cost_metrics
 from finops.devenv import controlplane, postgres
 from finops.devenv import opencost_replay as replay
 from finops.jobs import allocations as allocation_job
-from finops.jobs import charges as charge_job
 
 GROUP = "/apis/finops.stakater.com/v1alpha1"
 UTC = dt.UTC
 HOUR = dt.timedelta(hours=1)
 MONTH = (dt.datetime(2026, 11, 1, tzinfo=UTC), dt.datetime(2026, 12, 1, tzinfo=UTC))
 GPU_AT = dt.datetime(2026, 11, 20, 10, tzinfo=UTC)
-CLUSTER = "budget-month"
 AMOUNT = 1_000_000_000  # 1,000.00 USD
 WINDOW_HOURS = 168
 RATES = {"cpuHour": "0.031", "ramGbHour": "0.004", "pvGbHour": "0.0002", "networkGiB": "0.09"}
@@ -62,31 +60,12 @@ FEES = {
 }
 
 
-def rfc(t: dt.datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @dataclasses.dataclass
-class Month:
-    """The scenario after every run: where it lives and what the runs saw."""
+class Month(faults.Universe):
+    """The scenario's namespace and ledger (a fault-suite universe: its job runs, in-process
+    or as killable processes), and what was there right after each killed run."""
 
-    kube: controlplane.ControlPlane
-    namespace: str
-    dsn: str
-    app: str
     killed: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    hours: list[dt.datetime] = dataclasses.field(default_factory=list)
-
-    @property
-    def job_dsn(self) -> str:
-        return conninfo.make_conninfo(self.dsn, application_name=self.app)
-
-    def post(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
-        with self.kube.http() as client:
-            resp = client.post(f"{GROUP}/namespaces/{self.namespace}/{plural}", json=body)
-        assert resp.status_code == 201, resp.text
-        created: dict[str, Any] = resp.json()
-        return created
 
     def get(self, plural: str, name: str) -> dict[str, Any]:
         with self.kube.http() as client:
@@ -96,52 +75,21 @@ class Month:
         return got
 
     def subscription(self, name: str, activated: dt.datetime, sources: Any = None) -> None:
+        """A Subscription activated at `activated`, as the controller would leave it."""
         spec: dict[str, Any] = {"offeringRef": {"name": name, "namespace": self.namespace}}
         if sources:
             spec["usageSources"] = sources
-        meta = {"name": name, "namespace": self.namespace}
-        created = self.post(
-            "subscriptions",
-            {"apiVersion": "finops.stakater.com/v1alpha1", "kind": "Subscription",
-             "metadata": meta, "spec": spec},
-        )  # fmt: skip
-        created["status"] = {"activatedAt": rfc(activated), "ready": "True"}
-        with self.kube.http() as client:
-            url = f"{GROUP}/namespaces/{self.namespace}/subscriptions/{name}/status"
-            assert client.put(url, json=created).status_code == 200
-
-    def env(self, hour: dt.datetime) -> dict[str, str]:
-        return {
-            "POSTGRES_CONNECTION_STRING": self.job_dsn,
-            "CLUSTER_ID": CLUSTER,
-            "SCHEDULED_TIMESTAMP": rfc(hour + 7 * faults.MINUTE),
-        }
+        self.post("subscriptions", faults.make_object("Subscription", name, spec))
+        self.put_status(name, activatedAt=faults.rfc(activated), ready="True")
 
     def charge(self, hour: dt.datetime) -> None:
-        env = self.env(hour)
-
-        async def go() -> int:
-            client = AsyncClient(config=KubeConfig.from_file(str(self.kube.kubeconfig)))
-            try:
-                now = hour + 7 * faults.MINUTE
-                return await charge_job.run(
-                    env, now=lambda: now, kube=client, namespace=self.namespace
-                )
-            finally:
-                await client.close()
-
-        assert asyncio.run(go()) == 0, f"charge run of {hour} failed"
+        code, seen = self.run(faults.CHARGES, hour)
+        assert code == 0, f"charge run of {hour} failed: {seen}"
 
     def kill_charge(self, hour: dt.datetime, table: str, statement: str) -> None:
         """A charge run as a process, killed while its write to `table` waits on our lock."""
-        env = {
-            **self.env(hour),
-            "FAULTS_NOW": (hour + 7 * faults.MINUTE).isoformat(),
-            "FAULTS_NAMESPACE": self.namespace,
-            "KUBECONFIG": str(self.kube.kubeconfig),
-        }
         with faults.table_locked(self.dsn, table):
-            proc = faults.JobProcess(faults.CHARGES, env)
+            proc = self.spawn(faults.CHARGES, hour)
             faults.wait_until(
                 f"the charge run waiting on {table}",
                 lambda: (
@@ -172,29 +120,15 @@ class Month:
                 JOIN subscription_versions v ON v.id = c.subscription_version_id
                 WHERE c.cluster = %s
                 """,
-                (CLUSTER,),
+                (faults.CLUSTER,),
             ).fetchall()
         return [(str(n), h.astimezone(UTC), str(s), int(a)) for n, h, s, a in found]
 
 
-def _collect_allocations(month: Month, opencost: str) -> None:
+def _collect_allocations(month: Month) -> None:
     """Every hour of the month from OpenCost at once (lookback over the month), finalized."""
-    costjob = month.post(
-        "costjobs",
-        {"apiVersion": "finops.stakater.com/v1alpha1", "kind": "CostJob",
-         "metadata": {"name": "allocations", "namespace": month.namespace},
-         "spec": {"type": "ResourceCostCollection", "interval": "1h"}},
-    )  # fmt: skip
-    env = {
-        "COSTJOB_NAME": costjob["metadata"]["name"],
-        "COSTJOB_NAMESPACE": month.namespace,
-        "POSTGRES_CONNECTION_STRING": month.dsn,
-        "OPENCOST_CONNECTION_STRING": opencost,
-        "OPENCOST_AGGREGATE": "namespace,pod",
-        "SCHEDULED_TIMESTAMP": rfc(MONTH[1]),
-        "HOURS_LOOKBACK": str((MONTH[1] - MONTH[0]) // HOUR),
-        "CLUSTER_ID": CLUSTER,
-    }
+    env = month.job_env(faults.ALLOCATIONS, MONTH[1])
+    env["HOURS_LOOKBACK"] = str((MONTH[1] - MONTH[0]) // HOUR)
 
     async def go() -> int:
         client = AsyncClient(config=KubeConfig.from_file(str(month.kube.kubeconfig)))
@@ -207,22 +141,19 @@ def _collect_allocations(month: Month, opencost: str) -> None:
 
 
 def _setup(month: Month) -> None:
+    month.kube.create_namespace(month.namespace)
     for name, pricing in OFFERINGS.items():
+        month.post("offerings", faults.make_object("Offering", name, {"pricing": pricing}))
+    for name, kind in (("allocations", "ResourceCostCollection"),
+                       ("charges", "SubscriptionChargeCollection")):  # fmt: skip
         month.post(
-            "offerings",
-            {"apiVersion": "finops.stakater.com/v1alpha1", "kind": "Offering",
-             "metadata": {"name": name, "namespace": month.namespace},
-             "spec": {"pricing": pricing}},
-        )  # fmt: skip
+            "costjobs", faults.make_object("CostJob", name, {"type": kind, "interval": "1h"})
+        )
     month.subscription("platform", MONTH[0])
     month.subscription("metered", MONTH[0], [{"namespace": "ns-0000"}])
-    month.post(
-        "budgets",
-        {"apiVersion": "finops.stakater.com/v1alpha1", "kind": "Budget",
-         "metadata": {"name": "team", "namespace": month.namespace},
-         "spec": {"amount": "1000", "currency": "USD", "thresholds": [
-             {"percent": 50}, {"percent": 80}, {"percent": 100, "basis": "Forecast"}]}},
-    )  # fmt: skip
+    thresholds = [{"percent": 50}, {"percent": 80}, {"percent": 100, "basis": "Forecast"}]
+    budget = {"amount": "1000", "currency": "USD", "thresholds": thresholds}
+    month.post("budgets", faults.make_object("Budget", "team", budget))
 
 
 # ---------------------------------------------------------------- what the month must show
@@ -235,7 +166,7 @@ def _allocations(dsn: str) -> list[dict[str, Any]]:
                       end_time, cpu_core_usage_average, ram_byte_usage_average, pv_byte_hours,
                       network_transfer_bytes, network_receive_bytes
                FROM provider_allocations WHERE cluster = %s""",
-            (CLUSTER,),
+            (faults.CLUSTER,),
         )
         names = [d.name for d in cur.description or ()]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
@@ -338,14 +269,12 @@ def _play(month: Month, expected: Expected) -> Run:
 def played(
     kube: controlplane.ControlPlane, pg_server: postgres.PostgresCluster, _ledger_template: str
 ) -> Iterator[Run]:
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
-    kube.create_namespace(namespace)
     dsn = pg_server.create_database(template=_ledger_template)
     source = replay.Generated(namespaces=1, pods_per_namespace=2, seed=25)
     with active_book(kube, "budget-book", RATES), replay.ReplayServer(source) as opencost:
-        month = Month(kube, namespace, dsn, f"budget-{uuid.uuid4().hex[:8]}")
+        month = Month(kube, f"t-{uuid.uuid4().hex[:10]}", dsn, opencost.url)
         _setup(month)
-        _collect_allocations(month, opencost.url)
+        _collect_allocations(month)
         yield _play(month, _expected(dsn))
     pg_server.drop_database(str(conninfo.conninfo_to_dict(dsn)["dbname"]))
 
@@ -368,7 +297,7 @@ def test_the_ledger_holds_the_charges_the_expectation_is_built_from(played: Run)
 def test_spent_and_forecast_follow_the_documented_method_at_every_hour(played: Run) -> None:
     expected = played.expected
     for hour, status in played.statuses.items():
-        assert status["evaluatedHour"] == rfc(hour)
+        assert status["evaluatedHour"] == faults.rfc(hour)
         assert status["spentMicros"] == expected.spent(hour), hour
         assert status["forecastMicros"] == expected.forecast(hour), hour
         detail = status["forecastDetail"]
@@ -382,9 +311,9 @@ def test_thresholds_are_crossed_at_the_expected_hours_and_kept(played: Run) -> N
     assert MONTH[0] < h50 < GPU_AT == forecast < h80 < MONTH[1]
     final = played.statuses[MONTH[1] - HOUR]
     assert [(t["percent"], t["basis"], t["crossedAt"]) for t in final["thresholds"]] == [
-        (50, "Actual", rfc(h50)),
-        (100, "Forecast", rfc(forecast)),
-        (80, "Actual", rfc(h80)),
+        (50, "Actual", faults.rfc(h50)),
+        (100, "Forecast", faults.rfc(forecast)),
+        (80, "Actual", faults.rfc(h80)),
     ]
     for hour, status in played.statuses.items():
         crossed = {f"{t['percent']} {t['basis']}" for t in status["thresholds"]}

@@ -26,33 +26,9 @@ from finops.devenv import controlplane
 GROUP = "finops.stakater.com"
 TENANT = "alice@example.com"
 
-PROMETHEUS_RULE_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "prometheusrules.monitoring.coreos.com"},
-    "spec": {
-        "group": "monitoring.coreos.com",
-        "scope": "Namespaced",
-        "names": {
-            "kind": "PrometheusRule",
-            "plural": "prometheusrules",
-            "singular": "prometheusrule",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+PROMETHEUS_RULE_CRD = _helm.permissive_crd(
+    "monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules"
+)
 
 
 def budget(namespace: str, name: str = "monthly") -> dict[str, Any]:

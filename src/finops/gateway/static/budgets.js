@@ -20,27 +20,13 @@
     return item.namespace + "/" + item.name;
   }
 
-  function cell(row, text, className) {
-    const td = document.createElement("td");
-    td.textContent = text;
-    if (className) td.className = className;
-    row.appendChild(td);
-    return td;
-  }
-
-  function moneyCell(row, micros, code, help) {
-    const td = cell(row, help.formatMoney(micros, code), "num");
-    td.title = help.exactMoney(micros, code);
-    td.dataset.micros = String(micros);
-    return td;
-  }
-
   function crossedText(item) {
     if (!item.thresholds.length) return "\u2013";
     return item.thresholds.map((t) => t.percent + "% " + t.basis.toLowerCase()).join(", ");
   }
 
   function drawList(items, help, redraw) {
+    const cell = help.cell;
     const tbody = $("budgets").tBodies[0];
     tbody.replaceChildren();
     if (!items.length) {
@@ -63,9 +49,9 @@
       });
       cell(tr, "").appendChild(name);
       cell(tr, item.period);
-      moneyCell(tr, item.amountMicros, item.currency, help);
-      moneyCell(tr, item.spentMicros, item.currency, help);
-      moneyCell(tr, item.forecastMicros, item.currency, help);
+      for (const micros of [item.amountMicros, item.spentMicros, item.forecastMicros]) {
+        help.moneyCell(tr, micros, item.currency, "");
+      }
       const state = cell(tr, STATE_TEXT[item.state] || item.state, "state");
       state.dataset.state = item.state;
       cell(tr, crossedText(item));

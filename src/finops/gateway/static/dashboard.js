@@ -394,7 +394,7 @@
       drawTable(breakdown, currency);
       // Other views of the page (budgets.js) draw with the same helpers and view.
       for (const drawView of window.finopsViews || []) {
-        await drawView(view, { getJson, formatMoney, exactMoney, bucketLabel });
+        await drawView(view, { getJson, formatMoney, bucketLabel, cell, moneyCell });
       }
       if (mine !== generation) return;
       const scope = series.namespaces.length
