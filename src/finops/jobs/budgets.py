@@ -95,6 +95,8 @@ async def evaluate(
             return report
         report.errors["budgets"] = f"cannot list Budgets: {_describe(exc)}"
         return report
+    if not listed:
+        return report
     parsed = _parse(listed, report)
     try:
         conn = await asyncio.to_thread(unit.connect, dsn, connect_timeout=connect_timeout)
