@@ -26,6 +26,8 @@ EXPECTED_TABLES = {
     "offering_versions",
     "subscription_versions",
     "schema_migrations",
+    "budget_thresholds",
+    "budget_evaluations",
 }
 
 

@@ -39,7 +39,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sandbox.Servi
             for obj in sandbox.load_examples():
                 sandbox.apply(client, obj)
         sandbox.wait_for_activation(svc, out)
-        sandbox.simulate_hours(svc, HOURS, out)
+        sandbox.simulate_history(svc, HOURS, out)
         yield svc
 
 
@@ -205,6 +205,74 @@ def test_the_printed_gateway_urls_serve_the_ledgers_costs(services: sandbox.Serv
         for i in got.json()["items"]
     }
     assert served == ledger
+
+
+def test_the_simulated_hours_end_with_the_current_hour_and_the_month_is_charged(
+    services: sandbox.Services,
+) -> None:
+    now = dt.datetime.now(dt.UTC)
+    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    with psycopg.connect(services.dsn) as conn:
+        first, last = conn.execute(
+            "SELECT min(hour), max(hour) FROM subscription_charges"
+        ).fetchone() or (None, None)
+        collected = conn.execute("SELECT max(hour) FROM provider_allocations").fetchone()
+    assert first is not None and first <= month_start
+    # The last run is the current hour's (allowing for an hour turning during the tests).
+    assert collected is not None and now - collected[0] < dt.timedelta(hours=2)
+    assert last == collected[0]
+    # What the dashboard's default view ("last 7 days", ending at the next whole hour) asks.
+    end = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
+    window = {"from": (end - dt.timedelta(days=7)).isoformat(), "to": end.isoformat()}
+    shown = httpx.get(f"{services.gateway_url}/api/v1/cost-series", params=window, timeout=10)
+    assert shown.status_code == 200, shown.text
+    with psycopg.connect(services.dsn) as conn:
+        (total,) = conn.execute(
+            "SELECT sum(amount_micros) FROM subscription_charges WHERE hour >= %s AND hour < %s",
+            (end - dt.timedelta(days=7), end),
+        ).fetchone() or (0,)
+    assert sum(s["totalMicros"] for s in shown.json()["series"]) == total > 0
+    assert shown.json()["series"][0]["valuesMicros"][-2:] != [0, 0]
+
+
+def test_the_example_budget_is_forecast_to_go_over_and_says_so_everywhere(
+    services: sandbox.Services,
+) -> None:
+    budget = by_name(services, "budgets")["apps-monthly"]
+    status = budget["status"]
+    assert status["forecastMicros"] > status["amountMicros"] == 25_000_000_000
+    assert status["state"] in ("ForecastExceeded", "Exceeded")
+    assert condition(budget, "ForecastExceeded")["status"] == "True"
+    assert (100, "Forecast") in {(t["percent"], t["basis"]) for t in status["thresholds"]}
+    assert status["subscriptions"] == 3
+    with services.kube.http() as client:
+        events = client.get(
+            "/api/v1/namespaces/team-apps/events",
+            params={"fieldSelector": "involvedObject.kind=Budget"},
+        ).json()["items"]
+    assert len(events) == len(status["thresholds"])
+    labels = {"namespace": "team-apps", "budget": "apps-monthly"}
+
+    def scrape() -> str:
+        return httpx.get(f"{services.metrics_url}/metrics", timeout=5).text
+
+    wait_until(
+        "budget metrics",
+        lambda: (
+            metric(scrape(), "finops_budget_forecast_micros", **labels) == status["forecastMicros"]
+        ),
+    )
+    text = scrape()
+    assert metric(text, "finops_budget_spent_micros", **labels) == status["spentMicros"]
+    assert metric(text, "finops_budget_amount_micros", **labels) == status["amountMicros"]
+    listed = httpx.get(f"{services.gateway_url}/api/v1/budgets", timeout=10).json()["items"]
+    assert [(i["name"], i["forecastMicros"], i["state"]) for i in listed] == [
+        ("apps-monthly", status["forecastMicros"], status["state"])
+    ]
+    out = io.StringIO()
+    sandbox.report(services, out, (dt.datetime.now(dt.UTC), dt.datetime.now(dt.UTC)))
+    line = next(r for r in out.getvalue().splitlines() if r.startswith("team-apps    apps-monthly"))
+    assert line.split()[-3:] == [status["spent"], status["forecast"], status["state"]]
 
 
 def test_uninstall_in_the_documented_order_strands_nothing(services: sandbox.Services) -> None:

@@ -204,3 +204,31 @@ def subject_access(
     resp = client.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", json=body)
     resp.raise_for_status()
     return bool(resp.json()["status"].get("allowed"))
+
+
+def permissive_crd(group: str, version: str, kind: str, plural: str) -> dict[str, Any]:
+    """A namespaced CRD that accepts any object: enough to dry-run a third party's kind
+    (cert-manager's, the Prometheus Operator's) the chart may render."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }

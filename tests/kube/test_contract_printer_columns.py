@@ -129,6 +129,26 @@ def test_subscriptions_can_be_selected_on_operator_status_fields(
     assert [i["metadata"]["name"] for i in resp.json()["items"]] == expected
 
 
+def test_budget_shows_period_amount_spent_forecast_and_state(
+    kube: controlplane.ControlPlane, kube_namespace: str
+) -> None:
+    with kube.http() as client:
+        stored = _create(client, "budget-monthly-thresholds.yaml", kube_namespace)
+        _set_status(
+            client,
+            stored,
+            {"spent": "1,234.50", "forecast": "2,600.00", "state": "ForecastExceeded"},
+        )
+        columns = _table(client, "Budget", kube_namespace)
+    assert list(columns)[:7] == [
+        "Name", "Period", "Amount", "Currency", "Spent", "Forecast", "State"
+    ]  # fmt: skip
+    assert [columns[c][0] for c in ("Period", "Amount", "Currency")] == ["Monthly", "2000", "USD"]
+    assert [columns[c][0] for c in ("Spent", "Forecast", "State")] == [
+        "1,234.50", "2,600.00", "ForecastExceeded"
+    ]  # fmt: skip
+
+
 def test_every_kind_answers_the_table_api(
     kube: controlplane.ControlPlane, kube_namespace: str
 ) -> None:

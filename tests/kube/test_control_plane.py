@@ -32,7 +32,9 @@ def test_every_finops_crd_is_installed_and_served(kube: controlplane.ControlPlan
     with kube.http() as client:
         resources = client.get("/apis/finops.stakater.com/v1alpha1").json()["resources"]
     kinds = {r["kind"] for r in resources if "/" not in r["name"]}
-    assert kinds == {"FinOpsProvider", "PriceBook", "CostJob", "Offering", "Subscription"}
+    assert kinds == {
+        "FinOpsProvider", "PriceBook", "CostJob", "Offering", "Subscription", "Budget"
+    }  # fmt: skip
 
 
 def test_a_second_control_plane_runs_beside_the_first(kube: controlplane.ControlPlane) -> None:

@@ -94,29 +94,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 CERT_MANAGER_CRDS = [
-    {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.cert-manager.io"},
-        "spec": {
-            "group": "cert-manager.io",
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    _helm.permissive_crd("cert-manager.io", "v1", kind, plural)
     for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates"))
 ]
 

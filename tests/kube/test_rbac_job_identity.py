@@ -41,6 +41,12 @@ NEEDED: list[tuple[str, str, str, str]] = [
     (F, "offerings", "", "get"),
     (F, "offerings", "", "list"),
     ("", "namespaces", "", "list"),
+    # Budgets, judged after each charge run: their status, and an Event per crossed threshold.
+    (F, "budgets", "", "list"),
+    (F, "budgets", "status", "get"),
+    (F, "budgets", "status", "patch"),
+    (F, "budgets", "status", "update"),
+    ("", "events", "", "create"),
 ]
 
 # (group, resource, subresource, verb) the jobs never need.
@@ -53,7 +59,8 @@ DENIED: list[tuple[str, str, str, str]] = [
     ("", "pods", "", "create"),
     ("", "serviceaccounts", "token", "create"),
     ("", "namespaces", "", "update"),
-    ("", "events", "", "create"),
+    ("", "events", "", "update"),
+    ("", "events", "", "delete"),
     ("batch", "cronjobs", "", "create"),
     ("batch", "jobs", "", "create"),
     ("apps", "deployments", "", "patch"),
@@ -76,6 +83,10 @@ DENIED: list[tuple[str, str, str, str]] = [
     (F, "costjobs", "", "delete"),
     (F, "finopsproviders", "", "get"),
     (F, "finopsproviders", "status", "patch"),
+    (F, "budgets", "", "create"),
+    (F, "budgets", "", "update"),
+    (F, "budgets", "", "patch"),
+    (F, "budgets", "", "delete"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The five kinds' bodies as the JSON the API server holds, typed for mypy.
+"""The bodies of our kinds (the five and Budget) as the JSON the API server holds, typed for mypy.
 
 `finops.api.models` validates; these TypedDicts only name the keys and value types of the
 raw bodies the rest of the package reads and writes (camelCase, exactly as the contract spells
@@ -309,3 +309,66 @@ class SubscriptionStatus(TypedDict, total=False):
 class Subscription(Object, total=False):
     spec: SubscriptionSpec
     status: SubscriptionStatus
+
+
+# Budget: our extension to the group (not part of the reference product).
+
+
+class LabelSelectorRequirement(TypedDict, total=False):
+    key: Required[str]
+    operator: Required[str]
+    values: list[str]
+
+
+class LabelSelector(TypedDict, total=False):
+    matchLabels: dict[str, str]
+    matchExpressions: list[LabelSelectorRequirement]
+
+
+class BudgetThreshold(TypedDict, total=False):
+    percent: Required[int]
+    basis: str
+
+
+class BudgetSpec(TypedDict, total=False):
+    amount: Required[str]
+    currency: Required[str]
+    period: str
+    subscriptionSelector: LabelSelector
+    thresholds: list[BudgetThreshold]
+
+
+class CrossedThreshold(TypedDict, total=False):
+    percent: Required[int]
+    basis: Required[str]
+    crossedAt: Required[str]
+    valueMicros: Required[int]
+
+
+class BudgetForecast(TypedDict, total=False):
+    spentMicros: int
+    futureFeesMicros: int
+    futureUsageMicros: int
+    usageWindowHours: int
+
+
+class BudgetStatus(TypedDict, total=False):
+    observedGeneration: int
+    periodStart: str
+    periodEnd: str
+    evaluatedHour: str
+    subscriptions: int
+    amountMicros: int
+    spentMicros: int
+    forecastMicros: int
+    spent: str
+    forecast: str
+    state: str
+    forecastDetail: BudgetForecast
+    thresholds: list[CrossedThreshold]
+    conditions: list[Condition]
+
+
+class Budget(Object, total=False):
+    spec: BudgetSpec
+    status: BudgetStatus

@@ -1,4 +1,5 @@
-"""Generate the five CustomResourceDefinitions from the models and the rule table.
+"""Generate the CustomResourceDefinitions (the five kinds and Budget) from the models and the
+rule table.
 
 `python -m finops.api.crds --write deploy/crds` rewrites the committed manifests;
 `--check deploy/crds` exits 1 when they differ from what the model generates.
@@ -109,6 +110,9 @@ def _type_schema(annotation: Any, metadata: Sequence[Any] = ()) -> Schema:
         schema = {"type": "string", "format": "date-time"}
     else:
         raise TypeError(f"no schema for {bare!r}")
+    if schema.get("type") == "array" and "maxLength" in extra:
+        # pydantic spells a list's bound like a string's; OpenAPI calls it maxItems.
+        extra["maxItems"] = extra.pop("maxLength")
     schema.update(extra)
     return schema
 
@@ -203,6 +207,15 @@ PRINTER_COLUMNS: dict[str, list[Schema]] = {
         _column("Activated", ".status.activatedAt", "date"),
         _AGE,
     ],
+    "Budget": [
+        _column("Period", ".spec.period", "string"),
+        _column("Amount", ".spec.amount", "string"),
+        _column("Currency", ".spec.currency", "string"),
+        _column("Spent", ".status.spent", "string"),
+        _column("Forecast", ".status.forecast", "string"),
+        _column("State", ".status.state", "string"),
+        _AGE,
+    ],
 }
 
 # Field selectors the operator (and its webhooks) list with.
@@ -262,7 +275,7 @@ def render(kind: type[models._Object]) -> str:
 
 
 def rendered() -> dict[str, str]:
-    """File name -> YAML text, for all five kinds."""
+    """File name -> YAML text, for every kind."""
     return {file_name(k): render(k) for k in models.KINDS}
 
 

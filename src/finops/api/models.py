@@ -1,4 +1,5 @@
-"""Typed models of the five kinds of `finops.stakater.com/v1alpha1`.
+"""Typed models of the five kinds of `finops.stakater.com/v1alpha1`, and of `Budget`, our
+extension to that group (it is not part of the reference product).
 
 These classes are the single description of the API's shape: the CRD schemas in
 `deploy/crds/` are generated from them (`finops.api.crds`), and the rest of the
@@ -443,6 +444,108 @@ class SubscriptionStatus(_Model):
     conditions: Annotated[list[Condition] | None, Field(json_schema_extra=_CONDITIONS_LIST)] = None
 
 
+# ---------------------------------------------------------------- Budget (our extension)
+
+
+class BudgetPeriod(enum.StrEnum):
+    """The calendar a Budget's amount applies to (UTC; weeks start on Monday)."""
+
+    MONTHLY = "Monthly"
+    WEEKLY = "Weekly"
+    QUARTERLY = "Quarterly"
+
+
+class ThresholdBasis(enum.StrEnum):
+    """What a threshold compares with the amount: money spent so far, or the period's forecast."""
+
+    ACTUAL = "Actual"
+    FORECAST = "Forecast"
+
+
+class BudgetState(enum.StrEnum):
+    """`status.state`: the worst thing that is true of the period right now."""
+
+    ON_TRACK = "OnTrack"
+    FORECAST_EXCEEDED = "ForecastExceeded"
+    EXCEEDED = "Exceeded"
+    UNKNOWN = "Unknown"
+
+
+class LabelSelectorOperator(enum.StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class LabelSelectorRequirement(_Model):
+    key: Annotated[str, Field(min_length=1)]
+    operator: LabelSelectorOperator
+    values: list[str] | None = None
+
+
+class LabelSelector(_Model):
+    """metav1.LabelSelector: every `matchLabels` pair and every expression must hold."""
+
+    match_labels: dict[str, str] | None = None
+    match_expressions: list[LabelSelectorRequirement] | None = None
+
+
+class BudgetThreshold(_Model):
+    percent: int
+    basis: ThresholdBasis = ThresholdBasis.ACTUAL
+
+
+MAX_BUDGET_THRESHOLDS = 16
+
+
+class BudgetSpec(_Model):
+    """A limit on what the selected Subscriptions of the namespace may cost per period."""
+
+    amount: str
+    currency: str
+    period: BudgetPeriod = BudgetPeriod.MONTHLY
+    subscription_selector: LabelSelector | None = None
+    thresholds: Annotated[list[BudgetThreshold] | None, Field(max_length=MAX_BUDGET_THRESHOLDS)] = (
+        None
+    )
+
+
+class CrossedThreshold(_Model):
+    """A threshold the current period reached, and the charge run that first saw it."""
+
+    percent: int
+    basis: ThresholdBasis
+    crossed_at: datetime
+    value_micros: int
+
+
+class BudgetForecast(_Model):
+    """How `forecastMicros` was made: the ledger so far, exact future fees, estimated usage."""
+
+    spent_micros: int | None = None
+    future_fees_micros: int | None = None
+    future_usage_micros: int | None = None
+    usage_window_hours: int | None = None
+
+
+class BudgetStatus(_Model):
+    observed_generation: int | None = None
+    period_start: datetime | None = None
+    period_end: datetime | None = None
+    evaluated_hour: datetime | None = None
+    subscriptions: int | None = None
+    amount_micros: int | None = None
+    spent_micros: int | None = None
+    forecast_micros: int | None = None
+    spent: str | None = None
+    forecast: str | None = None
+    state: BudgetState | None = None
+    forecast_detail: BudgetForecast | None = None
+    thresholds: list[CrossedThreshold] | None = None
+    conditions: Annotated[list[Condition] | None, Field(json_schema_extra=_CONDITIONS_LIST)] = None
+
+
 # ---------------------------------------------------------------- the kinds
 
 
@@ -510,7 +613,25 @@ class Subscription(_Object):
     status: SubscriptionStatus | None = None
 
 
-KINDS: tuple[type[_Object], ...] = (FinOpsProvider, PriceBook, CostJob, Offering, Subscription)
+class Budget(_Object):
+    """Our extension to the API: not part of the reference product."""
+
+    kind_name: ClassVar[str] = "Budget"
+    plural: ClassVar[str] = "budgets"
+
+    kind: str = "Budget"
+    spec: BudgetSpec | None = None
+    status: BudgetStatus | None = None
+
+
+KINDS: tuple[type[_Object], ...] = (
+    FinOpsProvider,
+    PriceBook,
+    CostJob,
+    Offering,
+    Subscription,
+    Budget,
+)
 BY_KIND: dict[str, type[_Object]] = {k.kind_name: k for k in KINDS}
 
 

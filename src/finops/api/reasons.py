@@ -1,4 +1,4 @@
-"""Condition types, reasons and Event reasons of all five kinds: one vocabulary.
+"""Condition types, reasons and Event reasons of every kind: one vocabulary.
 
 The strings are the public API's (see the status-conditions reference); the pure core,
 reconcilers, jobs, Events and tests use these members rather than spelling them again.
@@ -102,3 +102,23 @@ class EventReason(enum.StrEnum):
     CRON_JOB_CREATED = "CronJobCreated"
     CRON_JOB_UPDATED = "CronJobUpdated"
     OPENCOST_RESTARTED = "OpenCostRestarted"
+
+
+class BudgetCondition(enum.StrEnum):
+    """Budget condition types (our extension): has the period's spend, or its forecast, gone
+    over the amount."""
+
+    EXCEEDED = "Exceeded"
+    FORECAST_EXCEEDED = "ForecastExceeded"
+
+
+class BudgetReason(enum.StrEnum):
+    """Budget condition reasons and the reasons of its threshold Events."""
+
+    SPENT_OVER_AMOUNT = "SpentOverAmount"
+    SPENT_WITHIN_AMOUNT = "SpentWithinAmount"
+    FORECAST_OVER_AMOUNT = "ForecastOverAmount"
+    FORECAST_WITHIN_AMOUNT = "ForecastWithinAmount"
+    CURRENCY_MISMATCH = "CurrencyMismatch"
+    ACTUAL_THRESHOLD_CROSSED = "ActualThresholdCrossed"
+    FORECAST_THRESHOLD_CROSSED = "ForecastThresholdCrossed"

@@ -51,6 +51,9 @@ INTERVAL_MESSAGE = (
 
 _PROVIDER_OPTIONS = ("awsoptions", "gcpoptions", "azureoptions", "onpremoptions")
 
+# A Budget amount is spelled like a PriceBook rate, but may not be empty.
+AMOUNT_SPELLING = "^[0-9]+([.][0-9]+)?$"
+
 RULES: tuple[Rule, ...] = (
     # FinOpsProvider: three rules on the type itself.
     Rule(
@@ -142,6 +145,58 @@ RULES: tuple[Rule, ...] = (
         rule=f"self.matches('{INTERVAL_SPELLING}') && self != '' && "
         f"duration(self).getSeconds() in [{', '.join(str(s) for s in INTERVAL_SECONDS)}]",
         message=INTERVAL_MESSAGE,
+    ),
+    # Budget (our extension): an amount written like a rate, a real currency code.
+    Rule(
+        kind="Budget",
+        path="spec.amount",
+        rule=f"self.matches('{AMOUNT_SPELLING}')",
+        message="amount must be a decimal string such as '2000' or '1500.50': digits with an "
+        "optional decimal point, no sign, exponent or thousands separators",
+    ),
+    Rule(
+        kind="Budget",
+        path="spec.amount",
+        rule=f"!self.matches('{AMOUNT_SPELLING}') || self.matches('^[0-9]+([.][0-9]{{1,6}}0*)?$')",
+        message="amount may have at most six decimal places (budgets are kept in micro-units)",
+    ),
+    Rule(
+        kind="Budget",
+        path="spec.amount",
+        rule=f"!self.matches('{AMOUNT_SPELLING}') || self.matches('[1-9]')",
+        message="amount must be greater than zero",
+    ),
+    Rule(
+        kind="Budget",
+        path="spec.amount",
+        rule=f"!self.matches('{AMOUNT_SPELLING}') || self.matches('^0*[0-9]{{1,12}}([.]|$)')",
+        message="amount must be less than 1000000000000 (it is kept in 64-bit micro-units)",
+    ),
+    Rule(
+        kind="Budget",
+        path="spec.currency",
+        rule="self.matches('^[A-Z]{3}$')",
+        message="currency must be a three-letter ISO 4217 code in capitals, such as USD or EUR",
+    ),
+    Rule(
+        kind="Budget",
+        path="spec.thresholds[*].percent",
+        rule="self >= 1 && self <= 1000",
+        message="percent must be between 1 and 1000",
+    ),
+    Rule(
+        kind="Budget",
+        path="spec.thresholds",
+        rule="self.all(t, self.exists_one(u, u.percent == t.percent && u.basis == t.basis))",
+        message="thresholds must not list the same percent and basis twice",
+    ),
+    Rule(
+        kind="Budget",
+        path="spec.subscriptionSelector.matchExpressions[*]",
+        rule="self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) "
+        ": (!has(self.values) || size(self.values) == 0)",
+        message="values must list at least one value for the In and NotIn operators and be "
+        "empty for Exists and DoesNotExist",
     ),
 )
 

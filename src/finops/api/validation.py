@@ -196,6 +196,9 @@ def _schema_errors(schema: Schema, value: Any, path: Path, errors: list[tuple[st
             elif isinstance(schema.get("additionalProperties"), dict):
                 _schema_errors(schema["additionalProperties"], child, (*path, key), errors)
     if isinstance(value, list) and "items" in schema:
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            detail = f"must have at most {schema['maxItems']} items"
+            errors.append(("too-many", f"{where}: Too many: {len(value)}: {detail}"))
         for index, item in enumerate(value):
             _schema_errors(schema["items"], item, (*path, index), errors)
         errors.extend(("list", e) for e in _list_map_errors(schema, value, path))

@@ -125,11 +125,15 @@ class Manager:
         )
         self.sources.extend(self.hierarchy.sources)
         self.reconcilers.update(self.hierarchy.reconcilers)
+        # Budgets are only read for their metrics: no reconciler, and the workers do not
+        # wait for this cache.
+        self.budgets = watch.Source(client, resources.Budget, lambda *_: None)
         cost_metrics.install(
             metrics.REGISTRY,
             lambda: list(self.hierarchy.subscription_source.store.values()),
             lambda: list(self.pricebooks.store.values()),
             lambda: list(self.sources[1].store.values()),
+            lambda: list(self.budgets.store.values()),
         )
 
     def enqueue(self, key: Key) -> None:
@@ -234,6 +238,7 @@ class Manager:
     async def run(self, stop: asyncio.Event) -> None:
         """Sync every cache, then reconcile until `stop` is set."""
         tasks = [asyncio.create_task(s.run(), name=f"watch-{s.name}") for s in self.sources]
+        tasks.append(asyncio.create_task(self.budgets.run(), name="watch-Budget"))
         try:
             await asyncio.gather(*(s.synced.wait() for s in self.sources))
             log.info("caches synced; starting workers", extra={"workers": self.settings.workers})

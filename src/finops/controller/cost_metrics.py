@@ -145,18 +145,56 @@ def costjob_families(jobs: Iterable[Mapping[str, Any]]) -> list[GaugeMetricFamil
     return [success, last, last_ok, duration]
 
 
+def budget_families(items: Iterable[Mapping[str, Any]]) -> list[GaugeMetricFamily]:
+    """Each evaluated Budget's amount, spend and forecast for its current period, as its
+    status says (a Budget not evaluated yet has no samples)."""
+    labels = ["namespace", "budget"]
+    families = {
+        "amountMicros": GaugeMetricFamily(
+            "finops_budget_amount_micros",
+            "The Budget's amount per period, in micro-currency of its currency.",
+            labels=labels,
+        ),
+        "spentMicros": GaugeMetricFamily(
+            "finops_budget_spent_micros",
+            "Charged so far in the Budget's current period (status.spentMicros).",
+            labels=labels,
+        ),
+        "forecastMicros": GaugeMetricFamily(
+            "finops_budget_forecast_micros",
+            "Forecast for the Budget's whole current period (status.forecastMicros).",
+            labels=labels,
+        ),
+    }
+    for item in items:
+        meta, status = item.get("metadata") or {}, item.get("status") or {}
+        key = [str(meta.get("namespace", "")), str(meta.get("name", ""))]
+        for field, family in families.items():
+            if isinstance(status.get(field), int):
+                family.add_metric(key, float(status[field]))
+    return list(families.values())
+
+
 class CostCollector(Collector):
     """Builds every cost and run metric from the current contents of the watch caches."""
 
-    def __init__(self, subscriptions: Objects, pricebooks: Objects, costjobs: Objects) -> None:
+    def __init__(
+        self,
+        subscriptions: Objects,
+        pricebooks: Objects,
+        costjobs: Objects,
+        budgets: Objects = list,
+    ) -> None:
         self._subscriptions = subscriptions
         self._pricebooks = pricebooks
         self._costjobs = costjobs
+        self._budgets = budgets
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield from subscription_families(self._subscriptions())
         yield from pricebook_families(self._pricebooks())
         yield from costjob_families(self._costjobs())
+        yield from budget_families(self._budgets())
 
 
 _installed: list[CostCollector] = []
@@ -167,11 +205,12 @@ def install(
     subscriptions: Objects,
     pricebooks: Objects,
     costjobs: Objects,
+    budgets: Objects = list,
 ) -> None:
     """Serve the cost metrics of these caches on `registry`, replacing any earlier ones (a
     replica that regains leadership builds new caches)."""
     while _installed:
         registry.unregister(_installed.pop())
-    collector = CostCollector(subscriptions, pricebooks, costjobs)
+    collector = CostCollector(subscriptions, pricebooks, costjobs, budgets)
     registry.register(collector)
     _installed.append(collector)

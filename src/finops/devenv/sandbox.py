@@ -3,9 +3,11 @@
 It starts a real kube-apiserver + etcd, a throw-away PostgreSQL, an OpenCost stand-in that
 replays real OpenCost captures, and the controller as its own process; applies `examples/`;
 then runs the two collection jobs exactly as their CronJobs would, for a few simulated hours,
-and prints what every Subscription costs. Because the Subscriptions are created just now,
-the hours are simulated forward from their activation (the replay serves any hour), which is
-what the clock would show a few hours into a real install.
+and prints what every Subscription and Budget costs. The Subscriptions are created just now,
+so their activation is moved back to the start of the month (or further, to the first
+simulated hour): the month so far is charged as a running install would have charged it, and
+the simulated hours end with the current one, so views that end now (the dashboard's "last
+7 days") show them. The replay serves any hour.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ PLURALS = {
     "CostJob": "costjobs",
     "Offering": "offerings",
     "Subscription": "subscriptions",
+    "Budget": "budgets",
 }
 FIELD_MANAGER = "finops-sandbox"
 HOUR = dt.timedelta(hours=1)
@@ -355,12 +358,40 @@ def job_env(svc: Services, costjob: str, scheduled: dt.datetime) -> dict[str, st
     }
 
 
+def history_start(now: dt.datetime, hours: int) -> dt.datetime:
+    """When the examples' Subscriptions count as activated: the start of `now`'s month, or
+    the first of the `hours` simulated hours before the current one when that is earlier."""
+    month = now.astimezone(dt.UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return min(month, plan.truncate_hour(now) - hours * HOUR)
+
+
+def backdate_activation(svc: Services, to: dt.datetime, out: TextIO) -> None:
+    """Move every activated Subscription's `activatedAt` back to `to` (as its status would
+    read had it been running since), through the status subresource."""
+    with svc.kube.http() as client:
+        for sub in _list(client, "subscriptions"):
+            if not (sub.get("status") or {}).get("activatedAt"):
+                continue
+            meta = sub["metadata"]
+            url = f"/apis/{GROUP}/namespaces/{meta['namespace']}/subscriptions/{meta['name']}"
+            resp = client.patch(
+                f"{url}/status",
+                json={"status": {"activatedAt": plan.rfc3339(to)}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            if resp.status_code >= 300:
+                raise SandboxError(f"backdating Subscription {meta['name']}: {resp.text}")
+    _say(out, f"Subscriptions counted as active since {plan.rfc3339(to)}")
+
+
 def simulate_hours(svc: Services, hours: int, out: TextIO, start_offset: int = 0) -> dt.datetime:
-    """Run both jobs once per simulated hour, as the two hourly CronJobs would, from the
-    current hour (plus `start_offset` hours) on; return the last scheduled time."""
-    # The first run is now (the hour the examples activated in); later ones are the same
-    # minute of the following hours, as an hourly CronJob would fire them.
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0) + start_offset * HOUR
+    """Run both jobs once per simulated hour, as the two hourly CronJobs would, for the
+    `hours` hours before the current one and the current hour itself (all moved by
+    `start_offset` hours); return the last scheduled time."""
+    # The runs fire at the current minute of each hour, as an hourly CronJob would; the last
+    # one is now.
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    start = now + (start_offset - hours) * HOUR
     last = start
     for k in range(hours + 1):
         scheduled = start + k * HOUR
@@ -379,6 +410,14 @@ def simulate_hours(svc: Services, hours: int, out: TextIO, start_offset: int = 0
         hour = plan.rfc3339(plan.truncate_hour(scheduled))
         _say(out, f"collected hour {hour}: {outcome}")
     return last
+
+
+def simulate_history(svc: Services, hours: int, out: TextIO) -> tuple[dt.datetime, dt.datetime]:
+    """Backdate the activation (`history_start`), then collect the `hours` hours before the
+    current one and the current hour; return the activation and the last scheduled time."""
+    first = history_start(dt.datetime.now(dt.UTC), hours)
+    backdate_activation(svc, first, out)
+    return first, simulate_hours(svc, hours, out)
 
 
 JobRun = Callable[..., Coroutine[Any, Any, int]]
@@ -444,13 +483,40 @@ def costs_urls(
     ]
 
 
+def budget_table(client: httpx.Client) -> str:
+    """Every Budget as the charge run judged it, and the thresholds its period crossed."""
+    lines = [
+        f"{'NAMESPACE':<12} {'BUDGET':<16} {'PERIOD':<9} {'AMOUNT':>12} {'SPENT':>12} "
+        f"{'FORECAST':>12} STATE"
+    ]
+    for budget in sorted(
+        _list(client, "budgets"), key=lambda b: (b["metadata"]["namespace"], b["metadata"]["name"])
+    ):
+        meta, spec, status = budget["metadata"], budget["spec"], budget.get("status") or {}
+        currency = spec.get("currency", "")
+        amount = money.format_money(int(status.get("amountMicros") or 0), currency)
+        lines.append(
+            f"{meta['namespace']:<12} {meta['name']:<16} {spec.get('period', ''):<9} "
+            f"{amount:>12} {status.get('spent', '-'):>12} {status.get('forecast', '-'):>12} "
+            f"{status.get('state', 'not evaluated yet')}"
+        )
+        crossed = [
+            f"{t['percent']}% {t['basis'].lower()} at {t['crossedAt']}"
+            for t in status.get("thresholds") or []
+        ]
+        if crossed:
+            lines.append(f"{'':<12} thresholds crossed: {', '.join(crossed)}")
+    return "\n".join(lines)
+
+
 def report(svc: Services, out: TextIO, window: tuple[dt.datetime, dt.datetime]) -> None:
-    """The table, then where to look (`window`: the collected hours, for the gateway URLs)."""
+    """The tables, then where to look (`window`: the collected hours, for the gateway URLs)."""
     with svc.kube.http() as client:
         books = _list(client, "pricebooks")
         active = [b for b in books if (b.get("status") or {}).get("active")] or books
         currency = next((b["spec"].get("currency", "") for b in active), "")
         table = cost_table(client, currency)
+        budgets = budget_table(client)
         namespaces = sorted({s["metadata"]["namespace"] for s in _list(client, "subscriptions")})
     print(
         f"\nSubscription costs ({currency or 'no active PriceBook'}; "
@@ -458,13 +524,16 @@ def report(svc: Services, out: TextIO, window: tuple[dt.datetime, dt.datetime]) 
         file=out,
     )
     print(table, file=out)
+    print("\nBudgets (spent so far in the period, and its forecast):", file=out)
+    print(budgets, file=out)
     curls = "\n".join(f"  curl '{url}'" for url in costs_urls(svc, namespaces, window))
     print(
         f"""
 Where to look:
   export KUBECONFIG={svc.kube.kubeconfig}
-  kubectl get pricebooks,offerings,subscriptions,costjobs -A
+  kubectl get pricebooks,offerings,subscriptions,costjobs,budgets -A
   kubectl get subscription apps-hosting -n team-apps -o yaml     # status.costs
+  kubectl get budget apps-monthly -n team-apps -o yaml           # spent, forecast, thresholds
   psql '{svc.dsn}' -c 'select * from subscription_charges limit 20'
   controller metrics: {svc.metrics_url}/metrics    controller log: {svc.controller_log}
   gateway: {svc.gateway_url}/    (ENABLE_AUTH=false: no token needed; this machine only)
@@ -493,8 +562,7 @@ def run(hours: int, exit_after_report: bool, state: pathlib.Path, out: TextIO) -
                 for obj in load_examples():
                     apply(client, obj)
             wait_for_activation(svc, out)
-            first = plan.truncate_hour(dt.datetime.now(dt.UTC))
-            last = simulate_hours(svc, hours, out)
+            first, last = simulate_history(svc, hours, out)
             report(svc, out, (first, plan.truncate_hour(last) + HOUR))
             if exit_after_report:
                 return 0

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from finops.gateway import budgets as budget_views
 from finops.gateway import dashboard, focus_export, params
 from finops.kube import client as kube_client
 from finops.kube import reviews
@@ -275,6 +276,9 @@ def build(
             Route(f"{base}/focus", focus_rows, methods=["GET"]),
             Route("/api/v1/focus", focus_rows, methods=["GET"]),
             *dashboard.routes(
+                cluster=settings.cluster, gate=authorizer, read=_reader(settings, ledger)
+            ),
+            *budget_views.routes(
                 cluster=settings.cluster, gate=authorizer, read=_reader(settings, ledger)
             ),
         ],

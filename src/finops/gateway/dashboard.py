@@ -59,8 +59,11 @@ class Ledger(Protocol):
 
 
 @dataclasses.dataclass
-class _Refused(Exception):
+class Refused(Exception):
+    """The request is answered with `status` (and `message`, or the usual refusal)."""
+
     status: int
+    message: str = ""
 
 
 def bucket_axis(start: dt.datetime, end: dt.datetime, step: queries.Step) -> list[dt.datetime]:
@@ -99,7 +102,9 @@ def _worst(verdicts: Sequence[int]) -> int | None:
     return None
 
 
-class _Api:
+class Api:
+    """Which namespaces a request reads, and its answer (refusals and failures included)."""
+
     def __init__(self, cluster: str, gate: Gate, read: Ledger) -> None:
         self.cluster = cluster
         self.gate = gate
@@ -114,8 +119,11 @@ class _Api:
 
         return list(await asyncio.gather(*(one(ns) for ns in namespaces)))
 
-    async def readable(self, request: Request) -> list[str]:
-        """The namespaces this request reads: those it names, or all it may read."""
+    async def readable(
+        self, request: Request, listed: Callable[[pool.Connection], list[str]] | None = None
+    ) -> list[str]:
+        """The namespaces this request reads: those it names, or all it may read of those
+        `listed` finds (default: every namespace with charges)."""
         authorization = request.headers.get("authorization")
         named = sorted(set(request.query_params.getlist("namespace")))
         if len(named) > MAX_NAMED:
@@ -125,15 +133,17 @@ class _Api:
         if named:
             refusal = _worst(await self._verdicts(authorization, named))
             if refusal is not None:
-                raise _Refused(refusal)
+                raise Refused(refusal)
             return named
         cluster = self.cluster
-        candidates = await self.read(lambda c: queries.charged_namespaces(c, cluster=cluster))
+        candidates = await self.read(
+            listed or (lambda c: queries.charged_namespaces(c, cluster=cluster))
+        )
         # With nothing to review, still authenticate: an anonymous caller gets 401, not [].
         verdicts = await self._verdicts(authorization, candidates or ["default"])
         refusal = _worst(verdicts)
         if refusal in (401, 500):
-            raise _Refused(refusal or 500)
+            raise Refused(refusal or 500)
         return [ns for ns, verdict in zip(candidates, verdicts, strict=False) if verdict == 200]
 
     async def answer(
@@ -141,12 +151,23 @@ class _Api:
     ) -> JSONResponse:
         try:
             return JSONResponse(await body(request))
-        except _Refused as refused:
-            return params.error(refused.status, params.REFUSALS.get(refused.status, "refused"))
+        except Refused as refused:
+            message = refused.message or params.REFUSALS.get(refused.status, "refused")
+            return params.error(refused.status, message)
         except params.BadRequest as exc:
             return params.error(400, str(exc))
         except pool.LedgerUnavailable:
             return params.error(503, "the ledger is unavailable")
+
+    def endpoint(
+        self, body: Callable[[Request], Awaitable[dict[str, Any]]]
+    ) -> Callable[[Request], Awaitable[JSONResponse]]:
+        """A route handler answering with `body` (see `answer`)."""
+
+        async def serve(request: Request) -> JSONResponse:
+            return await self.answer(request, body)
+
+        return serve
 
     async def namespaces(self, request: Request) -> dict[str, Any]:
         return {"items": [{"name": ns} for ns in await self.readable(request)]}
@@ -232,25 +253,17 @@ def _page() -> str:
 
 def routes(*, cluster: str, gate: Gate, read: Ledger) -> list[BaseRoute]:
     """The page, its assets under /static, and the API routes it calls."""
-    api = _Api(cluster, gate, read)
+    api = Api(cluster, gate, read)
     page = _page()
 
     async def index(request: Request) -> HTMLResponse:
         return HTMLResponse(page, headers=PAGE_HEADERS)
 
-    def handler(
-        body: Callable[[Request], Awaitable[dict[str, Any]]],
-    ) -> Callable[[Request], Awaitable[JSONResponse]]:
-        async def endpoint(request: Request) -> JSONResponse:
-            return await api.answer(request, body)
-
-        return endpoint
-
     static = StaticFiles(packages=[("finops.gateway", "static")])
     return [
         Route("/", index, methods=["GET"]),
         Mount("/static", app=static, name="static"),
-        Route("/api/v1/namespaces", handler(api.namespaces), methods=["GET"]),
-        Route("/api/v1/cost-series", handler(api.series), methods=["GET"]),
-        Route("/api/v1/cost-breakdown", handler(api.breakdown), methods=["GET"]),
+        Route("/api/v1/namespaces", api.endpoint(api.namespaces), methods=["GET"]),
+        Route("/api/v1/cost-series", api.endpoint(api.series), methods=["GET"]),
+        Route("/api/v1/cost-breakdown", api.endpoint(api.breakdown), methods=["GET"]),
     ]

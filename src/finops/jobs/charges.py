@@ -11,6 +11,9 @@ Subscriptions, never one per Subscription-hour. A failure for one Subscription h
 one; the run finishes the rest and then exits non-zero so the Job is retried for the same
 pinned hour. If the ledger cannot be used at all, every Subscription still gets fee-only
 buckets (`CostsResolved=True`, reason `FromCalculator`).
+
+After the releases, every Budget is judged against the ledger the run wrote
+(`finops.jobs.budgets`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from lightkube.core.exceptions import ApiError
 from finops.api import bodies, conditions
 from finops.billing import buckets
 from finops.collection import charge_plan, charges, plan
+from finops.jobs import budgets as budget_job
 from finops.jobs import records
 from finops.kube import resources, status
 from finops.kube import subscriptions as kube_subs
@@ -252,6 +256,10 @@ async def collect(
     boundary = None if result is None else result.boundary
     await _release_settled(run, listed.activated, terms, boundary, latest)
     await _release_never_activated(run, listed.never_activated)
+    if result is not None:  # Budgets are judged against the ledger this run wrote
+        billed = budget_job.billed_of(listed.activated, terms.of)
+        judged = await budget_job.after_charges(client, env, scheduled, now, billed, namespace)
+        run.report.errors.update(judged.errors)
     return run.report
 
 

@@ -68,6 +68,27 @@ async def record(
     await _post(client, event_body(involved, type_, reason, message, dt.datetime.now(dt.UTC)))
 
 
+async def post_once(
+    client: lightkube.AsyncClient,
+    involved: Mapping[str, Any],
+    name: str,
+    event: tuple[str, str, str],
+    now: dt.datetime,
+) -> bool:
+    """Post the Event `name` (type, reason, message) unless it exists: True when this call
+    created it, False when an earlier post had (the API server refused it with 409). Other
+    errors raise: the caller must try again rather than think it was posted."""
+    body = event_body(involved, *event, now)
+    body["metadata"] = {"name": name, "namespace": body["metadata"]["namespace"]}
+    try:
+        await kube_client.create(client, kube_client.Event, body)
+    except lightkube.ApiError as exc:
+        if kube_client.status_code(exc) != 409:
+            raise
+        return False
+    return True
+
+
 async def _post(client: lightkube.AsyncClient, body: Mapping[str, Any]) -> None:
     try:
         await kube_client.create(client, kube_client.Event, body)

@@ -1,4 +1,4 @@
-"""lightkube resource classes for our five kinds and the MTO `OpenCost` resource.
+"""lightkube resource classes for our kinds (the five and Budget) and the MTO `OpenCost` resource.
 
 Generic resources keep objects as plain dicts, which is what the pure core consumes.
 """
@@ -18,6 +18,7 @@ PriceBook: Any = create_namespaced_resource(GROUP, VERSION, "PriceBook", "priceb
 CostJob: Any = create_namespaced_resource(GROUP, VERSION, "CostJob", "costjobs")
 Offering: Any = create_namespaced_resource(GROUP, VERSION, "Offering", "offerings")
 Subscription: Any = create_namespaced_resource(GROUP, VERSION, "Subscription", "subscriptions")
+Budget: Any = create_namespaced_resource(GROUP, VERSION, "Budget", "budgets")
 
 # Multi Tenant Operator's bundled OpenCost (patched by the FinOpsProvider reconciler in MTO mode).
 OpenCost: Any = create_namespaced_resource(

@@ -78,3 +78,12 @@ def test_unparseable_yaml_is_a_problem(
     status, lines = _run(capsys, path)
     assert status == 1
     assert lines[0].startswith(f"{path}: ")
+
+
+def test_budgets_are_known_and_the_examples_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    examples = corpus.ROOT.parents[1] / "examples"
+    assert _run(capsys, examples) == (0, [])
+    case = corpus.load(corpus.ROOT / "invalid" / "budget-threshold-repeated.yaml")
+    status, lines = _run(capsys, case.path)
+    assert status == 1
+    assert lines == [f"{case.path}: Budget/bad: {case.expected[0]}"]

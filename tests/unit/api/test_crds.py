@@ -49,6 +49,7 @@ def test_every_kind_has_a_status_subresource_and_an_age_column(kind: type[models
         (models.Subscription, ["Ready", "Offering", "Activated"]),
         (models.CostJob, ["Type", "Interval", "Last Status"]),
         (models.FinOpsProvider, ["Ready"]),
+        (models.Budget, ["Period", "Amount", "Currency", "Spent", "Forecast", "State"]),
     ],
 )
 def test_printer_columns_are_those_the_issue_lists(
@@ -120,6 +121,8 @@ def test_every_rule_sits_in_its_crd_at_its_path(rule: rules.Rule) -> None:
         (models.CostJob, "spec.sharding.concurrency", 4),
         (models.Subscription, "spec.lifecycle.onParentDeactivate", "Deactivate"),
         (models.Offering, "spec.lifecycle.onParentDeactivate", "Deactivate"),
+        (models.Budget, "spec.period", "Monthly"),
+        (models.Budget, "spec.thresholds[*].basis", "Actual"),
     ],
 )
 def test_documented_defaults_are_in_the_schema(
@@ -133,3 +136,9 @@ def test_database_views_refresh_timeout_has_no_default() -> None:
     (version,) = _committed(models.CostJob)["spec"]["versions"]
     node = _node(version["schema"]["openAPIV3Schema"], "spec.databaseViewsRefreshTimeout")
     assert "default" not in node
+
+
+def test_a_bounded_list_is_bounded_by_max_items() -> None:
+    (version,) = _committed(models.Budget)["spec"]["versions"]
+    node = _node(version["schema"]["openAPIV3Schema"], "spec.thresholds")
+    assert node["maxItems"] == models.MAX_BUDGET_THRESHOLDS and "maxLength" not in node

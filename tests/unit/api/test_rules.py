@@ -72,4 +72,5 @@ def test_every_kind_with_rules_is_a_defined_kind() -> None:
         "Offering",
         "Subscription",
         "CostJob",
+        "Budget",
     }

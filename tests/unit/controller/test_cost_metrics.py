@@ -25,6 +25,7 @@ def scrape(**objects: list[dict[str, Any]]) -> str:
             lambda: objects.get("subs", []),
             lambda: objects.get("books", []),
             lambda: objects.get("jobs", []),
+            lambda: objects.get("budgets", []),
         )
     )
     return prometheus_client.generate_latest(registry).decode()
@@ -110,3 +111,21 @@ def test_costjob_runs_report_outcome_times_and_duration() -> None:
     assert sample(text, "finops_costjob_last_execution_success", costjob="never-ran") is None
     assert sample(text, "finops_costjob_last_execution_duration_seconds") == 62.5
     assert sample(text, "finops_costjob_last_success_timestamp_seconds") == 1791018000
+
+
+def test_an_evaluated_budget_shows_its_amount_spend_and_forecast() -> None:
+    evaluated = {
+        "metadata": {"namespace": "team", "name": "monthly"},
+        "status": {
+            "amountMicros": 2_000_000_000,
+            "spentMicros": 1_234,
+            "forecastMicros": 2_500_000_001,
+        },
+    }
+    fresh = {"metadata": {"namespace": "team", "name": "new"}, "spec": {"amount": "10"}}
+    text = scrape(budgets=[evaluated, fresh])
+    labels = {"namespace": "team", "budget": "monthly"}
+    assert sample(text, "finops_budget_amount_micros", **labels) == 2_000_000_000
+    assert sample(text, "finops_budget_spent_micros", **labels) == 1_234
+    assert sample(text, "finops_budget_forecast_micros", **labels) == 2_500_000_001
+    assert sample(text, "finops_budget_amount_micros", budget="new") is None

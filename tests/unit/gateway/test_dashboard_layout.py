@@ -9,6 +9,7 @@ from importlib import resources
 
 import pytest
 
+from finops.gateway import budgets as budget_views
 from finops.gateway import dashboard, params
 from finops.store import dashboard as queries
 
@@ -68,3 +69,12 @@ def test_the_vendored_chart_library_is_the_release_its_readme_names() -> None:
     assert f"Chart.js v{version.group(1)}".encode() in script[:200]
     assert hashlib.sha256(script).hexdigest() == digest.group(1)
     assert "MIT License" in vendor.joinpath("LICENSE.chart.js.md").read_text("utf-8")
+
+
+def test_a_budget_running_total_starts_at_zero_and_ends_with_the_spend_of_the_window() -> None:
+    start = dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
+    hour = dt.timedelta(hours=1)
+    instants, totals = budget_views.cumulative(start, start + 3 * hour, [(start + hour, 7)])
+    assert instants == [start + n * hour for n in range(4)]
+    assert totals == [0, 0, 7, 7]
+    assert budget_views.cumulative(start, start, []) == ([start], [0])

@@ -392,6 +392,11 @@
       $("currency").textContent = currency || "\u2014";
       const others = drawChart(series, currency, view);
       drawTable(breakdown, currency);
+      // Other views of the page (budgets.js) draw with the same helpers and view.
+      for (const drawView of window.finopsViews || []) {
+        await drawView(view, { getJson, formatMoney, bucketLabel, cell, moneyCell });
+      }
+      if (mine !== generation) return;
       const scope = series.namespaces.length
         ? series.namespaces.length + " namespace(s): " + series.namespaces.join(", ")
         : "no namespace you may read has charges";
