@@ -198,6 +198,47 @@ def test_costs_appear_on_the_subscriptions_and_equal_the_ledger(
     release.wait_for(node, "status.costs equal to the ledger, usage charged", agree, 240, every=5)
 
 
+def test_the_charge_job_pods_judge_a_budget_and_warn_once(
+    node: realnode.RealNode, installed: str
+) -> None:
+    # The platform fee's future ticks alone put this month's forecast over one dollar.
+    tiny = {
+        "apiVersion": "finops.stakater.com/v1alpha1",
+        "kind": "Budget",
+        "metadata": {"name": "tiny", "namespace": TENANT},
+        "spec": {
+            "amount": "1",
+            "currency": "USD",
+            "period": "Monthly",
+            "thresholds": [{"percent": 100, "basis": "Forecast"}],
+        },
+    }
+    node.apply([tiny])
+
+    def judged() -> bool:
+        status = (release.get(node, "budget", "tiny", "-n", TENANT) or {}).get("status") or {}
+        return status.get("state") in ("ForecastExceeded", "Exceeded")
+
+    release.wait_for(node, "the Budget judged by a charge run", judged, 150, every=3)
+    seen = {j["metadata"]["name"] for j in completed_jobs(node, _chart.CHARGE_CRONJOB)}
+    release.wait_for(
+        node,
+        "a later charge run, which judges the Budget again",
+        lambda: bool(
+            {j["metadata"]["name"] for j in completed_jobs(node, _chart.CHARGE_CRONJOB)} - seen
+        ),
+        150,
+        every=3,
+    )
+    crossed = [
+        e
+        for e in release.items(node, "events", "-n", TENANT)
+        if e["reason"] == "ForecastThresholdCrossed" and e["involvedObject"]["name"] == "tiny"
+    ]
+    # The crossing is announced once, however many runs see it.
+    assert len(crossed) == 1 and crossed[0].get("count", 1) == 1, crossed
+
+
 def usage_charged(node: realnode.RealNode, uid: str) -> int:
     return int(
         _chart.psql(
@@ -340,6 +381,7 @@ def test_the_documented_uninstall_strands_nothing(node: realnode.RealNode, insta
     # the provider.
     node.kubectl("delete", "offerings", "--all", "-n", NAMESPACE)
     node.kubectl("delete", "costjobs,pricebooks", "--all", "-n", NAMESPACE, "--wait=true")
+    node.kubectl("delete", "budgets", "--all", "-n", TENANT)  # our extension, no finalizer
     node.kubectl("delete", "finopsprovider", "default", "--ignore-not-found")
     release.wait_for(
         node,
@@ -365,6 +407,6 @@ def test_the_documented_uninstall_strands_nothing(node: realnode.RealNode, insta
         for c in release.items(node, "crds")
         if c["spec"]["group"] == "finops.stakater.com"
     ]
-    assert len(crds) == 5
+    assert len(crds) == len(list((release.CHART / "crds").glob("*.yaml")))
     node.kubectl("delete", "crds", *crds, "--timeout=60s")
     assert not [c for c in release.items(node, "crds") if "finops" in c["metadata"]["name"]]

@@ -26,7 +26,7 @@ def test_the_real_node_sandbox_prints_costs_and_running_pods_then_leaves_nothing
     )
     out = done.stdout
     assert done.returncode == 0, out[-5000:] + done.stderr[-3000:]
-    table = out[out.index("Subscription costs (USD") : out.index("kubectl get pods -A:")]
+    table = out[out.index("Subscription costs (USD") : out.index("Budgets (spent")]
     rows = {line.split()[0]: line.split() for line in table.splitlines()[2:] if line.strip()}
     assert set(rows) == {
         "team-apps/apps-platform",
@@ -34,6 +34,9 @@ def test_the_real_node_sandbox_prints_costs_and_running_pods_then_leaves_nothing
         "team-apps/apps-observability",
     }
     assert all(row[2] == "True" for row in rows.values()), table
+    budgets = out[out.index("Budgets (spent") : out.index("kubectl get pods -A:")]
+    judged = ("OnTrack", "ForecastExceeded", "Exceeded")
+    assert "apps-monthly" in budgets and any(s in budgets for s in judged), budgets
     pods = out[out.index("kubectl get pods -A:") : out.index("Where to look:")]
     lines = [line.split() for line in pods.splitlines()[2:] if line.strip()]
     assert len(lines) >= 7, pods  # five workloads and the two Jobs started by hand

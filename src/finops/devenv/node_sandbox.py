@@ -85,15 +85,17 @@ def reader_token(node: realnode.RealNode) -> str:
 
 
 def report(node: realnode.RealNode, out: TextIO) -> None:
-    """The cost table as the plain sandbox prints it, the pods, and where to look."""
+    """The tables the plain sandbox prints, the pods, and where to look."""
     with node.http() as client:
         books = sandbox._list(client, "pricebooks")
         currency = next((b["spec"].get("currency", "") for b in books), "")
         table = sandbox.cost_table(client, currency)
-    print(
-        f"\nSubscription costs ({currency}; settled so far, and the month's projection):", file=out
-    )
+        budgets = sandbox.budget_table(client)
+    heading = f"Subscription costs ({currency}; settled so far, and the month's projection):"
+    print(f"\n{heading}", file=out)
     print(table, file=out)
+    print("\nBudgets (spent so far in the period, and its forecast):", file=out)
+    print(budgets, file=out)
     print("\nkubectl get pods -A:", file=out)
     print(node.kubectl("get", "pods", "-A").stdout, file=out)
     svc = release.get(
@@ -110,6 +112,7 @@ def report(node: realnode.RealNode, out: TextIO) -> None:
   kubectl get pods -A
   kubectl get cronjobs,jobs -n {release.NAMESPACE}
   kubectl get subscription apps-hosting -n {TENANT} -o yaml     # status.costs
+  kubectl get budgets -n {TENANT}
   kubectl create job again --from=cronjob/{CRONJOBS[1]} -n {release.NAMESPACE}
   gateway (Service {ip}:8080, reachable from this machine; auth on, as the chart installs it):
   curl -H "Authorization: Bearer $(kubectl create token {READER} -n {TENANT})" \\
