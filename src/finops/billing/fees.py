@@ -202,6 +202,26 @@ class FeeSchedule:
             n_before, before = n_after, after
         return rows
 
+    def covered(self, before: int, after: int) -> tuple[dt.datetime, dt.datetime] | None:
+        """The service ticks `before + 1 … after` pay for: from the boundary before the first
+        of them (activation, for the opening tick) to the last one; None for no tick."""
+        if after <= before:
+            return None
+        start = self.clock.activated_at if before == 0 else self.clock.boundary(before)
+        return start, self.clock.boundary(after)
+
+    def hourly_spans(
+        self, start: dt.datetime, end: dt.datetime
+    ) -> list[tuple[dt.datetime, int, int, tuple[dt.datetime, dt.datetime] | None]]:
+        """`hourly_ticks` with the service each hour's ticks pay for (`covered`): a fee row
+        records it, so a statement names the period a fee is for, not the hour that closed it."""
+        n = self.billed_ticks(start)
+        rows = []
+        for hour, closed, amount in self.hourly_ticks(start, end):
+            rows.append((hour, closed, amount, self.covered(n, n + closed)))
+            n += closed
+        return rows
+
     def min_periods_elapsed(self, now: dt.datetime) -> bool:
         """The `minPeriods` finalizer guard: enough boundaries since activation, by `now`.
 

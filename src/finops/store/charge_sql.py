@@ -67,7 +67,8 @@ _TEMP = """
         uid text, namespace text, lo timestamptz, hi timestamptz, whole boolean, fresh boolean
     ) ON COMMIT DROP;
     CREATE TEMP TABLE charge_levels (hour timestamptz, aggregation text) ON COMMIT DROP;
-    CREATE TEMP TABLE charge_hour_currency (hour timestamptz, currency text) ON COMMIT DROP;
+    CREATE TEMP TABLE charge_hour_currency (
+        hour timestamptz, currency text, pricebook_id bigint) ON COMMIT DROP;
     CREATE TEMP TABLE charge_stage (LIKE subscription_charges) ON COMMIT DROP;
     CREATE TEMP TABLE charge_fresh_fees (LIKE subscription_charges) ON COMMIT DROP;
 """
@@ -86,6 +87,9 @@ _STAGE_TYPES = [
     "bool",
     "int8",
     "int8",
+    "int8",
+    "timestamptz",
+    "timestamptz",
 ]
 
 
@@ -141,9 +145,21 @@ _FRESH = """
 # instead of being added to each of tens of thousands of rows in Python and sent with it.
 _FEE_COLUMNS = (
     "subscription_uid, hour, quantity, unit_price_micros, amount_micros, currency, finalized,"
-    " offering_version_id, subscription_version_id"
+    " offering_version_id, subscription_version_id, covers_start, covers_end"
 )
-_FEE_TYPES = ["text", "timestamptz", "numeric", "int8", "int8", "text", "bool", "int8", "int8"]
+_FEE_TYPES = [
+    "text",
+    "timestamptz",
+    "numeric",
+    "int8",
+    "int8",
+    "text",
+    "bool",
+    "int8",
+    "int8",
+    "timestamptz",
+    "timestamptz",
+]
 _FEE_DEFAULTS = """
     ALTER TABLE {table} ALTER cluster SET DEFAULT {cluster},
         ALTER source SET DEFAULT 'subscription'
@@ -185,12 +201,12 @@ _LEVELS = """
     SELECT hour, aggregation FROM levels
 """
 
-# The currency of each hour: that of its first row (by namespace, name) among the rows the
-# run's usage windows read, as `charge_plan.hour_currencies` picks it.
+# The currency and PriceBook rates of each hour: those of its first row (by namespace, name)
+# among the rows the run's usage windows read, as `charge_plan.hour_currencies` picks them.
 _CURRENCIES = """
     INSERT INTO charge_hour_currency
-    SELECT l.hour, f.currency FROM charge_levels l, LATERAL (
-        SELECT a.currency FROM provider_allocations a
+    SELECT l.hour, f.currency, f.pricebook_id FROM charge_levels l, LATERAL (
+        SELECT a.currency, a.pricebook_id FROM provider_allocations a
         WHERE a.cluster = %(cluster)s AND a.hour = l.hour AND a.aggregation = l.aggregation
           AND (EXISTS (SELECT 1 FROM charge_ns_windows w WHERE w.namespace = a.namespace
                        AND l.hour >= w.lo AND l.hour < w.hi)
@@ -308,7 +324,7 @@ _COVERED = """
                g.start_time >= s.activated
                    AND (s.deactivated IS NULL OR g.start_time < s.deactivated) AS instant_in,
                s.offering_version_id AS ov, s.subscription_version_id AS sv,
-               coalesce(hc.currency, %(fee_currency)s) AS currency
+               coalesce(hc.currency, %(fee_currency)s) AS currency, hc.pricebook_id AS book
         FROM grouped g JOIN charge_subs s USING (uid)
         LEFT JOIN charge_hour_currency hc ON hc.hour = g.hour
     ), billed AS (
@@ -347,7 +363,7 @@ def _priced(meters: dict[str, _Meter]) -> str:
         else:
             cols.append(f"g.{s} * g.w AS {s}_x")
     return f"""priced AS (
-        SELECT g.uid, g.hour, g.ov, g.sv, g.currency, g.len, {", ".join(cols)}
+        SELECT g.uid, g.hour, g.ov, g.sv, g.currency, g.book, g.len, {", ".join(cols)}
         FROM billed g JOIN margins mm USING (uid) JOIN pricebooks p ON p.id = g.pricebook_id
     )"""
 
@@ -373,10 +389,10 @@ def _sums(meters: dict[str, _Meter]) -> str:
             arrays = f"t.{s}_ys, t.{s}_yas, t.{s}_lens"
         rows.append(f"('{name}', %({m.den})s::numeric, t.{s}_on, t.{s}_r, t.{s}_ra, {arrays})")
     return f"""sums AS (
-        SELECT uid, hour, ov, sv, currency, {", ".join(cols)} FROM priced
-        GROUP BY uid, hour, ov, sv, currency
+        SELECT uid, hour, ov, sv, currency, book, {", ".join(cols)} FROM priced
+        GROUP BY uid, hour, ov, sv, currency, book
     ), unpivoted AS (
-        SELECT t.uid, t.hour, t.ov, t.sv, t.currency, v.* FROM sums t CROSS JOIN LATERAL (
+        SELECT t.uid, t.hour, t.ov, t.sv, t.currency, t.book, v.* FROM sums t CROSS JOIN LATERAL (
             VALUES {", ".join(rows)}) v (meter, den, priced, r, ra, ys, yas, lens)
         WHERE v.priced
     )"""
@@ -390,7 +406,7 @@ _EXACT = """
                CASE WHEN s.ys IS NULL THEN 0 ELSE (finops_fraction_sum(s.yas, s.lens)).n END AS fa
         FROM unpivoted s
     ), exact AS (
-        SELECT f.uid, f.hour, f.ov, f.sv, f.currency, f.meter, f.den, f.d,
+        SELECT f.uid, f.hour, f.ov, f.sv, f.currency, f.book, f.meter, f.den, f.d,
                f.r * f.d + f.fq AS q, f.ra * f.d + f.fa AS a
         FROM fractions f
     )
@@ -432,7 +448,7 @@ _USAGE = f"""
            e.currency,
            e.hour < %(scheduled)s::timestamptz AND (%(boundary)s::timestamptz IS NULL
                                        OR e.hour < %(boundary)s::timestamptz),
-           e.ov, e.sv
+           e.ov, e.sv, e.book, NULL::timestamptz, NULL::timestamptz
     FROM divided e
 """
 

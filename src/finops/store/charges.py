@@ -31,6 +31,9 @@ COLUMNS = (
     "finalized",
     "offering_version_id",
     "subscription_version_id",
+    "pricebook_id",
+    "covers_start",
+    "covers_end",
 )
 _TYPES = (
     "text",
@@ -44,6 +47,9 @@ _TYPES = (
     "boolean",
     "bigint",
     "bigint",
+    "bigint",
+    "timestamptz",
+    "timestamptz",
 )
 _KEY = ("cluster", "subscription_uid", "hour", "source")
 UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
