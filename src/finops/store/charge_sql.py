@@ -544,6 +544,11 @@ that serialises the charge writes of one cluster; the second key is the cluster'
 _LOCK = "SELECT pg_advisory_xact_lock(%(lock)s, hashtext(%(cluster)s))"
 
 
+def lock(conn: psycopg.Connection[Any], cluster: str) -> None:
+    """Take the cluster's charge lock for the caller's transaction (what every write holds)."""
+    conn.execute(_LOCK.encode(), {"lock": LOCK_CLASS, "cluster": cluster})
+
+
 def _merge(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[int, int]:
     """Delete the stale open rows of the Subscriptions that are not fresh, then merge their
     staged rows: (written, deleted). The caller holds `_LOCK`."""
@@ -579,6 +584,38 @@ def _params(
     }
 
 
+def _prepare(
+    conn: psycopg.Connection[Any],
+    cluster: str,
+    tables: charge_plan.Tables,
+    scheduled: dt.datetime,
+    boundary: dt.datetime | None,
+) -> dict[str, Any]:
+    """Session settings, the run's tables in temporary tables, and the cluster's lock;
+    returns the statements' parameters."""
+    conn.execute(f"SET LOCAL work_mem = '{WORK_MEM}'".encode())
+    # JIT compiling these statements takes seconds (more than running them).
+    conn.execute(b"SET LOCAL jit = off")
+    _load(conn, cluster, tables)
+    params = _params(cluster, tables, scheduled, boundary)
+    conn.execute(_LOCK.encode(), params)
+    return params
+
+
+def _usage_inputs(conn: psycopg.Connection[Any], params: dict[str, Any]) -> None:
+    """The hours' aggregation levels, currencies and PriceBooks and the (Subscription,
+    namespace) pairs the usage statements read; leaves nested loops off until `RESET`."""
+    conn.execute(_LEVELS.encode(), params)
+    conn.execute(_CURRENCIES.encode(), params)
+    conn.execute(_PAIRS.encode(), params)
+    # The hour currencies too: left unanalysed, the planner hashed the usage rows to join
+    # them to the 25 currency rows instead of the other way round.
+    conn.execute(b"ANALYZE charge_levels; ANALYZE charge_pairs; ANALYZE charge_hour_currency")
+    # The planner takes a nested loop over the pairs for cheap (it estimates a few rows a
+    # pair); one hash join of the allocation rows on namespace is what scales.
+    conn.execute(b"SET LOCAL enable_nestloop = off")
+
+
 def write(
     conn: psycopg.Connection[Any],
     *,
@@ -591,27 +628,14 @@ def write(
     Subscription's rows straight into the ledger, the others' staged and merged."""
     if not tables.subscriptions:
         return Written(0, 0, 0)
-    conn.execute(f"SET LOCAL work_mem = '{WORK_MEM}'".encode())
-    # JIT compiling these statements takes seconds (more than running them).
-    conn.execute(b"SET LOCAL jit = off")
-    _load(conn, cluster, tables)
-    params = _params(cluster, tables, scheduled, boundary)
-    conn.execute(_LOCK.encode(), params)
+    params = _prepare(conn, cluster, tables, scheduled, boundary)
     fresh = conn.execute(_FRESH.encode(), params).fetchall()
     touched = {str(uid) for uid, is_fresh in fresh if not is_fresh}
     fresh_fees = _copy_fees(conn, cluster, tables, touched)
     any_fresh = len(touched) < len(fresh)
     written = usage_rows = 0
     if tables.sources and tables.meters:
-        conn.execute(_LEVELS.encode(), params)
-        conn.execute(_CURRENCIES.encode(), params)
-        conn.execute(_PAIRS.encode(), params)
-        # The hour currencies too: left unanalysed, the planner hashed the usage rows to join
-        # them to the 25 currency rows instead of the other way round.
-        conn.execute(b"ANALYZE charge_levels; ANALYZE charge_pairs; ANALYZE charge_hour_currency")
-        # The planner takes a nested loop over the pairs for cheap (it estimates a few rows a
-        # pair); one hash join of the allocation rows on namespace is what scales.
-        conn.execute(b"SET LOCAL enable_nestloop = off")
+        _usage_inputs(conn, params)
         if any_fresh:
             statement = _usage_statement(tables, fresh=True).encode()
             written = conn.execute(statement, {**params, "fresh": True}).rowcount
@@ -627,3 +651,26 @@ def write(
         merged, deleted = _merge(conn, params)
         written += merged
     return Written(written, deleted, usage_rows)
+
+
+def stage(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    tables: charge_plan.Tables,
+    scheduled: dt.datetime,
+) -> int:
+    """Every row the tables' windows produce, into the temporary `charge_stage` only (the
+    ledger is not touched): the hours recomputed as they should be charged now, for the
+    corrections of closed periods to compare with. Returns how many rows were staged."""
+    if not tables.subscriptions:
+        return 0
+    params = _prepare(conn, cluster, tables, scheduled, None)
+    staged = len(tables.fees)
+    _copy_fees(conn, cluster, tables, {uid for uid, *_ in tables.subscriptions})
+    if tables.sources and tables.meters:
+        _usage_inputs(conn, params)
+        statement = _usage_statement(tables, fresh=False).encode()
+        staged += conn.execute(statement, {**params, "fresh": False}).rowcount
+        conn.execute(b"RESET enable_nestloop")
+    return staged

@@ -102,7 +102,11 @@ def upsert(conn: psycopg.Connection[Any], charges: Iterable[Charge]) -> int:
 
 
 def watermarks(
-    conn: psycopg.Connection[Any], *, cluster: str, subscription_uids: Collection[str]
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    subscription_uids: Collection[str],
+    since: dt.datetime | None = None,
 ) -> dict[str, dt.datetime]:
     """Per Subscription, the latest finalized hour with no non-finalized hour before it.
 
@@ -110,7 +114,9 @@ def watermarks(
     holds the watermark back so that hour is recomputed. So does a hole in the fee rows (the
     fee writes one row for every hour, so a missing hour between two of them was removed by
     hand): the watermark stops before it and the next run writes it again. Subscriptions
-    with no finalized charge are absent.
+    with no finalized charge are absent. With `since` (the end of the closed periods), a hole
+    before it does not count: closed hours are never written again (a missing one becomes a
+    correction), so the run resumes in the open periods.
     """
     # MATERIALIZED: each per-Subscription bound is computed once. Right after a first run the
     # table's statistics still say it is empty, and the planner then nested-looped the inlined
@@ -127,6 +133,7 @@ def watermarks(
             FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
               AND source = 'subscription'
+              AND (%(since)s::timestamptz IS NULL OR hour >= %(since)s - interval '1 hour')
         ), hole AS MATERIALIZED (
             SELECT subscription_uid, min(hour) AS before_hole FROM fee
             WHERE next_hour > hour + interval '1 hour'
@@ -140,7 +147,7 @@ def watermarks(
           AND c.hour <= coalesce(h.before_hole, 'infinity')
         GROUP BY c.subscription_uid
         """,
-        {"cluster": cluster, "uids": list(subscription_uids)},
+        {"cluster": cluster, "uids": list(subscription_uids), "since": since},
     ).fetchall()
     return {str(uid): hour.astimezone(dt.UTC) for uid, hour in rows}
 
