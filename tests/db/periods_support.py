@@ -28,6 +28,8 @@ FEES = {
     "daily": {"priceMicros": 12_000_000, "tickAlignment": "DayBoundary", "period": "1"},
     "monthly": {"priceMicros": 300_000_000, "tickAlignment": "MonthBoundary", "period": "1"},
     "90m": {"priceMicros": 1_000_000, "tickAlignment": "ActivatedAt", "period": "90m"},
+    "6-hourly": {"priceMicros": 7_000_000, "tickAlignment": "HourBoundary", "period": "6"},
+    "weekly": {"priceMicros": 50_000_000, "tickAlignment": "DayBoundary", "period": "7"},
 }
 
 
@@ -56,9 +58,13 @@ def subscription(
     meters: tuple[str, ...] = ("cpuHour", "ramGbHour"),
     namespace: str = "ns-a",
     tenant_namespace: str = "team-a",
+    margins: dict[str, dict[str, int]] | None = None,
 ) -> charge_plan.Billed:
     """One activated Subscription and its Offering, as the charge run reads them."""
-    pricing: dict[str, Any] = {"resourcePricing": [{"name": m} for m in meters]}
+    margin = margins or {}
+    pricing: dict[str, Any] = {
+        "resourcePricing": [{"name": m, "margins": margin.get(m, {})} for m in meters]
+    }
     if fee is not None:
         pricing["subscriptionFee"] = FEES[fee]
     offering: Any = {
@@ -102,14 +108,17 @@ def allocation(
     cpu: str = "0.5",
     namespace: str = "ns-a",
     final: bool = True,
+    pv: str = "0",
+    moved: str = "0",
 ) -> None:
-    """One allocation row (the whole hour, CPU and RAM use), inserted or replaced."""
+    """One allocation row (the whole hour: CPU, RAM, volume and network use), inserted or
+    replaced."""
     conn.execute(
         """
         INSERT INTO provider_allocations (cluster, hour, namespace, name, aggregation,
             start_time, end_time, cpu_core_usage_average, ram_byte_usage_average,
-            pricebook_id, currency, is_finalized)
-        VALUES (%s, %s, %s, %s, 'namespace,pod', %s, %s, %s, %s, %s, %s, %s)
+            pv_byte_hours, network_transfer_bytes, pricebook_id, currency, is_finalized)
+        VALUES (%s, %s, %s, %s, 'namespace,pod', %s, %s, %s, %s, %s, %s, %s, %s, %s)
         ON CONFLICT (cluster, hour, namespace, name, aggregation) DO UPDATE SET
             cpu_core_usage_average = EXCLUDED.cpu_core_usage_average,
             pricebook_id = EXCLUDED.pricebook_id, currency = EXCLUDED.currency,
@@ -124,10 +133,24 @@ def allocation(
             hour + HOUR,
             Decimal(cpu),
             Decimal(536870912),
+            Decimal(pv),
+            Decimal(moved),
             book,
             currency,
             final,
         ),
+    )
+
+
+def reprice(
+    conn: psycopg.Connection[Any], cluster: str, hour: dt.datetime, book: int, currency: str
+) -> None:
+    """Every allocation row of `hour` stamped with another PriceBook (as a re-collection under
+    a newly active book would leave them)."""
+    conn.execute(
+        "UPDATE provider_allocations SET pricebook_id = %s, currency = %s"
+        " WHERE cluster = %s AND hour = %s",
+        (book, currency, cluster, hour),
     )
 
 
@@ -176,3 +199,72 @@ def oracle_by_hour(rows: list[charge_plan.ChargeRow]) -> dict[Key, tuple[Decimal
             continue
         out[(r.subscription_uid, r.hour, r.source, r.currency)] = (r.quantity, r.amount_micros)
     return out
+
+
+GENERATED_END = MARCH_END + 6 * HOUR
+"""The generated ledger's last charge run (April stays open)."""
+
+
+def generated_ledger(conn: psycopg.Connection[Any], cluster: str) -> list[charge_plan.Billed]:
+    """A ledger with every fee alignment (prorated opening ticks included), usage meters with
+    both margins, deactivations, usage in two currencies, a closed March and corrections of
+    it booked in April (a late allocation, a re-priced hour, a back-dated deactivation, a
+    Subscription first charged after the close)."""
+    eur, usd = books(conn, cluster)
+    start = MARCH_END - 10 * HOUR
+    meters = ("cpuHour", "ramGbHour", "pvGbHour", "networkGb")
+    margins = {"cpuHour": {"factorMilli": 1200}, "ramGbHour": {"absoluteMicros": 500}}
+    minute = dt.timedelta(minutes=1)
+    subs = [
+        subscription(
+            f"g-{fee}",
+            activated=start + (7 + i) * minute,
+            fee=fee,
+            meters=meters,
+            margins=margins,
+            namespace="ns-a" if i % 2 else "ns-b",
+            tenant_namespace="team-a" if i % 3 else "team-b",
+        )
+        for i, fee in enumerate(FEES)
+    ]
+    gone = subscription(
+        "g-gone",
+        activated=start + 3 * minute,
+        deactivated=MARCH_END - 4 * HOUR + 25 * minute,
+        fee="daily",
+    )
+    subs.append(gone)
+    for k in range(-10, 6):
+        book, currency = (eur, "EUR") if k < -6 else (usd, "USD")
+        for namespace in ("ns-a", "ns-b"):
+            allocation(
+                conn,
+                cluster,
+                hour=MARCH_END + k * HOUR,
+                name="p",
+                book=book,
+                currency=currency,
+                namespace=namespace,
+                cpu="0.375",
+                pv="1073741824",
+                moved="2147483648",
+                final=k < 3,
+            )
+    run(conn, cluster, MARCH_END + 2 * HOUR, subs)
+    allocation(
+        conn, cluster, hour=MARCH_END - 2 * HOUR, name="late", book=usd, currency="USD", cpu="1.5"
+    )
+    reprice(conn, cluster, MARCH_END - 5 * HOUR, eur, "EUR")
+    back = subscription(
+        "g-daily",
+        activated=start + 8 * minute,
+        deactivated=MARCH_END - 2 * HOUR + 10 * minute,
+        fee="daily",
+        meters=meters,
+        margins=margins,
+        namespace="ns-a",
+    )
+    newcomer = subscription("g-new", activated=start + 30 * minute, fee="hourly")
+    subs = [back if b.sub.uid == "g-daily" else b for b in subs] + [newcomer]
+    run(conn, cluster, GENERATED_END, subs)
+    return subs

@@ -188,3 +188,35 @@ def invoice_id(cluster: str, namespace: str, period_start: dt.datetime, label: s
     up front so people can read which month it is)."""
     key = f"{cluster}\0{namespace}\0{ticks.rfc3339(period_start)}".encode()
     return f"INV-{label}-{hashlib.sha256(key).hexdigest()[:12].upper()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PeriodIndex:
+    """Which billing period an hour is invoiced in: a closed period as recorded when it
+    closed, an open one by the calendar (starting where the closed ones end)."""
+
+    calendar: Calendar
+    closed: tuple[Period, ...] = ()
+
+    @property
+    def closed_through(self) -> dt.datetime | None:
+        return self.closed[-1].end if self.closed else None
+
+    def period_of(self, hour: dt.datetime) -> Period:
+        through = self.closed_through
+        if through is not None and ticks.utc(hour) < through:
+            for period in reversed(self.closed):
+                if period.contains(hour):
+                    return period
+        return self.calendar.period_of(hour, through)
+
+    def starting(self, start: dt.datetime) -> Period:
+        """The period that starts at `start` (where a correction is booked)."""
+        for period in self.closed:
+            if period.start == start:
+                return period
+        return self.calendar.period_from(start)
+
+    def is_closed(self, period: Period) -> bool:
+        through = self.closed_through
+        return through is not None and period.end <= through

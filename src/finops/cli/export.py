@@ -35,7 +35,8 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = formats.add_parser(
         "focus",
         help=f"FinOps Foundation FOCUS {focus.FOCUS_VERSION} rows (CSV, or Parquet)",
-        description=f"Write every charge over hours in [--from, --to) as FOCUS "
+        description=f"Write every settled charge over hours in [--from, --to), and the "
+        "corrections booked in billing periods starting in that window, as FOCUS "
         f"{focus.FOCUS_VERSION} rows: CSV to stdout or --out FILE.csv, Parquet to "
         "--out FILE.parquet (needs the 'parquet' extra). Times are RFC 3339 with a UTC offset.",
     )
@@ -48,6 +49,11 @@ def register(sub: Any) -> None:
     p.add_argument("--to", dest="window_to", required=True, metavar="T", help="end (exclusive)")
     p.add_argument("--out", metavar="FILE", help="FILE.csv or FILE.parquet (default: stdout)")
     p.add_argument("--namespace", help="only this namespace's charges")
+    p.add_argument(
+        "--include-unsettled",
+        action="store_true",
+        help="also the hours still in progress (x_Finalized=false; they may change)",
+    )
     p.add_argument(
         "--cluster",
         default=pool.cluster_id(),
@@ -86,10 +92,16 @@ def _kind(out: str | None) -> str:
 def _rows(
     args: argparse.Namespace, conn: Any, start: dt.datetime, end: dt.datetime
 ) -> Iterator[dict[str, focus.Value]]:
+    index = focus_store.period_index(conn, cluster=args.cluster)
     charges = focus_store.charges(
-        conn, cluster=args.cluster, namespace=args.namespace, start=start, end=end
+        conn,
+        cluster=args.cluster,
+        namespace=args.namespace,
+        start=start,
+        end=end,
+        include_unsettled=args.include_unsettled,
     )
-    return (focus.row(c, args.provider_name) for c in charges)
+    return (focus.row(c, args.provider_name, index) for c in charges)
 
 
 def _write_csv(rows: Iterator[dict[str, focus.Value]], out: IO[str]) -> int:

@@ -43,6 +43,7 @@ ORIGINS_ENV = "ALLOWED_ORIGINS"
 HOST_ENV = "BIND_HOST"
 DEFAULT_PORT = 8080
 GROUP = "finops.stakater.com"
+UNSETTLED = "includeUnsettled"
 RESOURCE = "subscriptions"
 T = TypeVar("T")
 
@@ -125,10 +126,17 @@ def _focus_handler(
         try:
             start, end = params.parse_window(request.query_params)
             media = focus_export.media_type(fmt)
+            unsettled = focus_export.include_unsettled(request.query_params.get(UNSETTLED))
         except ValueError as exc:
             return params.error(400, str(exc))
         body = focus_export.stream(
-            ledger, cluster=settings.cluster, namespace=namespace, start=start, end=end, fmt=fmt
+            ledger,
+            cluster=settings.cluster,
+            namespace=namespace,
+            start=start,
+            end=end,
+            fmt=fmt,
+            include_unsettled=unsettled,
         )
         try:
             head = await run_in_threadpool(next, body)

@@ -78,6 +78,14 @@ OPTIONAL_1_2 = {
     "SubAccountId": ("Conditional", None),
     "SubAccountName": ("Conditional", None),
     "Tags": ("Conditional", None),
+    "ContractedUnitPrice": ("Conditional", None),
+    "InvoiceId": ("Recommended", None),
+    "ListUnitPrice": ("Conditional", None),
+    "ServiceSubcategory": ("Recommended", None),
+    "SkuId": ("Conditional", None),
+    "SkuMeter": ("Conditional", None),
+    "SkuPriceDetails": ("Conditional", None),
+    "SkuPriceId": ("Conditional", None),
 }
 DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 CURRENCY = re.compile(r"^[A-Z]{3}$")
@@ -141,12 +149,16 @@ def test_a_fee_is_a_recurring_purchase_and_a_meter_a_usage_based_usage() -> None
     assert paid["PricingQuantity"] == Decimal(1)
 
 
-def test_money_is_the_exact_micros_in_every_cost_column() -> None:
+def test_money_is_the_exact_micros_and_list_cost_the_exact_product() -> None:
     row = focus.row(charge(amount_micros=3_827))
-    for name in ("BilledCost", "EffectiveCost", "ListCost", "ContractedCost"):
+    for name in ("BilledCost", "EffectiveCost"):
         assert row[name] == Decimal("0.003827")
         assert str(row[name]) == "0.003827"
     assert row["x_UnitPrice"] == Decimal("0.031000")
+    # A row whose PriceBook was not recorded is listed at its stored unit price.
+    assert row["ListUnitPrice"] == row["ContractedUnitPrice"] == Decimal("0.031000")
+    assert row["ListCost"] == Decimal("0.031000") * Decimal("0.123456789012")
+    assert abs(row["ListCost"] - row["BilledCost"]) < Decimal("0.000001")  # type: ignore[operator]
     assert focus.units(2**63 - 1) == Decimal("9223372036854.775807")
     assert focus.text(focus.units(0)) == "0.000000"
 
