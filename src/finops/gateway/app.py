@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from finops.gateway import dashboard, focus_export, params
+from finops.gateway import dashboard, focus_export, params, statements
 from finops.kube import client as kube_client
 from finops.kube import reviews
 from finops.store import pool, reads
@@ -283,6 +283,9 @@ def build(
             Route(f"{base}/focus", focus_rows, methods=["GET"]),
             Route("/api/v1/focus", focus_rows, methods=["GET"]),
             *dashboard.routes(
+                cluster=settings.cluster, gate=authorizer, read=_reader(settings, ledger)
+            ),
+            *statements.routes(
                 cluster=settings.cluster, gate=authorizer, read=_reader(settings, ledger)
             ),
         ],

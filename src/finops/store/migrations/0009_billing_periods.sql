@@ -156,9 +156,7 @@ CREATE TABLE charge_corrections (
     offering_version_id     bigint      NOT NULL,
     subscription_version_id bigint      NOT NULL,
     CHECK (corrects_period <= hour AND hour < booked_in),
-    CHECK ((covers_start IS NULL) = (covers_end IS NULL) AND covers_start < covers_end),
-    UNIQUE NULLS NOT DISTINCT (cluster, subscription_uid, hour, source, booked_by_run, currency,
-                               pricebook_id, unit_price_micros)
+    CHECK ((covers_start IS NULL) = (covers_end IS NULL) AND covers_start < covers_end)
 );
 
 CREATE INDEX charge_corrections_booked ON charge_corrections (cluster, booked_in);
