@@ -99,8 +99,15 @@ def test_a_closed_statement_is_the_same_text_after_later_runs_and_late_data(
     before = rendered(generated, "team-a")
     with unit.connect(generated) as conn:
         books = ps.books(conn, CLUSTER)
-        ps.allocation(conn, CLUSTER, hour=ps.MARCH_END - 3 * ps.HOUR, name="later", cpu="3",
-                      book=books[1], currency="USD")  # fmt: skip
+        ps.allocation(
+            conn,
+            CLUSTER,
+            hour=ps.MARCH_END - 3 * ps.HOUR,
+            name="later",
+            cpu="3",
+            book=books[1],
+            currency="USD",
+        )
         subs = [ps.subscription("g-hourly", activated=ps.MARCH_END - 9 * ps.HOUR)]
         for n in range(3):
             ps.run(conn, CLUSTER, ps.GENERATED_END + n * ps.HOUR, subs)

@@ -293,7 +293,7 @@ def _usage_prices(charge: LedgerCharge) -> tuple[Decimal, Decimal]:
     rate = usage.Rates.from_micros(charge.price_list.rates).for_meter(meter)
     margins = {m.meter: m.margin for m in _pricing(charge).meters}
     margined = margins.get(meter, usage.Margin()).apply(rate)
-    return units(rate), money.to_decimal(margined / money.MICROS_PER_UNIT, 9)
+    return units(rate), money.to_decimal(margined * Fraction(1, money.MICROS_PER_UNIT), 9)
 
 
 def _pricing(charge: LedgerCharge) -> usage.UsagePricing:
@@ -374,6 +374,13 @@ def _check(charge: LedgerCharge) -> dt.datetime:
     return ticks.utc(charge.hour)
 
 
+def _description(charge: LedgerCharge, hour: dt.datetime) -> str:
+    what = "Subscription fee" if charge.is_fee else f"{charge.source} usage"
+    if charge.booking is not None:
+        what = f"Correction of the {what.lower()} of {ticks.rfc3339(hour)}"
+    return f"{what} of Offering {charge.offering}"
+
+
 def row(
     charge: LedgerCharge,
     provider: str = DEFAULT_PROVIDER,
@@ -385,9 +392,6 @@ def row(
     period, corrected = _periods(charge, index or periods.PeriodIndex(periods.Calendar()))
     fee, cost, priced = charge.is_fee, units(charge.amount_micros), pricing(charge)
     sku_id, price_id, details = sku(charge)
-    what = "Subscription fee" if fee else f"{charge.source} usage"
-    if charge.booking is not None:
-        what = f"Correction of the {what.lower()} of {ticks.rfc3339(hour)}"
     start, end = charge.covers or (hour, hour + ticks.HOUR)
     return {
         "BilledCost": cost,
@@ -398,7 +402,7 @@ def row(
         "BillingPeriodStart": period.start,
         "ChargeCategory": "Purchase" if fee else "Usage",
         "ChargeClass": None if charge.booking is None else CORRECTION,
-        "ChargeDescription": f"{what} of Offering {charge.offering}",
+        "ChargeDescription": _description(charge, hour),
         "ChargeFrequency": "Recurring" if fee else "Usage-Based",
         "ChargePeriodEnd": end,
         "ChargePeriodStart": start,

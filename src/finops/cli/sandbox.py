@@ -25,6 +25,12 @@ def register(sub: Any) -> None:
         help="print the table and exit 0 instead of running until Ctrl-C",
     )
     p.add_argument(
+        "--previous-month",
+        action="store_true",
+        help="back-date the example Subscriptions to the last hours of the previous month and "
+        "simulate until that month has closed, to show its statements",
+    )
+    p.add_argument(
         "--state-dir",
         type=pathlib.Path,
         default=pathlib.Path(".sandbox"),
@@ -40,4 +46,6 @@ def run(args: argparse.Namespace) -> int:
     if args.hours < 0:
         print("finops sandbox: --hours must be 0 or more", file=sys.stderr)
         return 1
-    return sandbox.run(args.hours, args.exit_after_report, args.state_dir, sys.stdout)
+    return sandbox.run(
+        args.hours, args.exit_after_report, args.state_dir, sys.stdout, args.previous_month
+    )

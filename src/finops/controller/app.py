@@ -32,6 +32,7 @@ from finops.controller import (
     finopsprovider,
     hierarchy_watch,
     metrics,
+    period_metrics,
     pricebook,
     serving,
     webhooks,
@@ -125,6 +126,8 @@ class Manager:
         )
         self.sources.extend(self.hierarchy.sources)
         self.reconcilers.update(self.hierarchy.reconcilers)
+        if ledger_dsn is not None:
+            period_metrics.install(metrics.REGISTRY, ledger_dsn, settings.cluster_id)
         cost_metrics.install(
             metrics.REGISTRY,
             lambda: list(self.hierarchy.subscription_source.store.values()),

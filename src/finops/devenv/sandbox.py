@@ -28,9 +28,9 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
-from finops.billing import money
+from finops.billing import money, periods
 from finops.collection import plan
-from finops.devenv import controlplane, postgres, tls
+from finops.devenv import controlplane, postgres, sandbox_periods, tls
 from finops.devenv import opencost_replay as replay
 from finops.devenv import webhooks as local_webhooks
 from finops.jobs import allocations as allocation_job
@@ -352,15 +352,25 @@ def job_env(svc: Services, costjob: str, scheduled: dt.datetime) -> dict[str, st
         "OPENCOST_AGGREGATE": "namespace,pod",  # the aggregate the real captures hold
         "HOURS_LOOKBACK": "1",
         "SCHEDULED_TIMESTAMP": scheduled.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        # A month closes two hours after it ends (not 24), so a short simulation shows it.
+        periods.GRACE_ENV: str(sandbox_periods.GRACE_HOURS),
     }
 
 
-def simulate_hours(svc: Services, hours: int, out: TextIO, start_offset: int = 0) -> dt.datetime:
+def simulate_hours(
+    svc: Services,
+    hours: int,
+    out: TextIO,
+    start_offset: int = 0,
+    start: dt.datetime | None = None,
+) -> dt.datetime:
     """Run both jobs once per simulated hour, as the two hourly CronJobs would, from the
-    current hour (plus `start_offset` hours) on; return the last scheduled time."""
+    current hour (plus `start_offset` hours) on, or from `start`; return the last scheduled
+    time."""
     # The first run is now (the hour the examples activated in); later ones are the same
     # minute of the following hours, as an hourly CronJob would fire them.
-    start = dt.datetime.now(dt.UTC).replace(microsecond=0) + start_offset * HOUR
+    if start is None:
+        start = dt.datetime.now(dt.UTC).replace(microsecond=0) + start_offset * HOUR
     last = start
     for k in range(hours + 1):
         scheduled = start + k * HOUR
@@ -475,12 +485,35 @@ Where to look:
     )
 
 
+def _simulate(
+    svc: Services, hours: int, out: TextIO, previous_month: bool
+) -> tuple[dt.datetime, dt.datetime]:
+    """The simulated hours: from now, or from the back-dated activation until the previous
+    month has closed; returns the first and last scheduled hours."""
+    if not previous_month:
+        first = plan.truncate_hour(dt.datetime.now(dt.UTC))
+        return first, simulate_hours(svc, hours, out)
+    at = sandbox_periods.activation(dt.datetime.now(dt.UTC))
+    with svc.kube.http() as client:
+        names = sandbox_periods.backdate(client, at)
+    _say(out, f"activatedAt of {', '.join(names)} set to {plan.rfc3339(at)} (previous month)")
+    count = sandbox_periods.hours_until_closed(at)
+    return plan.truncate_hour(at), simulate_hours(svc, count, out, start=at)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def run(hours: int, exit_after_report: bool, state: pathlib.Path, out: TextIO) -> int:
-    """The whole sandbox; returns an exit status."""
+def run(
+    hours: int,
+    exit_after_report: bool,
+    state: pathlib.Path,
+    out: TextIO,
+    previous_month: bool = False,
+) -> int:
+    """The whole sandbox (with `previous_month`, from the last hours of the previous month
+    until it has closed: see `finops.devenv.sandbox_periods`); returns an exit status."""
     # Ctrl-C and SIGTERM both unwind through the context managers, so every service stops
     # and its files go, whatever stage the sandbox is in (a background shell ignores SIGINT
     # unless a handler is installed).
@@ -493,9 +526,10 @@ def run(hours: int, exit_after_report: bool, state: pathlib.Path, out: TextIO) -
                 for obj in load_examples():
                     apply(client, obj)
             wait_for_activation(svc, out)
-            first = plan.truncate_hour(dt.datetime.now(dt.UTC))
-            last = simulate_hours(svc, hours, out)
+            first, last = _simulate(svc, hours, out, previous_month)
             report(svc, out, (first, plan.truncate_hour(last) + HOUR))
+            if previous_month:
+                sandbox_periods.report(svc.dsn, svc.gateway_url, out)
             if exit_after_report:
                 return 0
             _say(out, "running; press Ctrl-C to stop and remove everything")

@@ -303,3 +303,31 @@ def book_corrections(
     for currency, amount in rows:
         micros[str(currency)] = micros.get(str(currency), 0) + int(amount)
     return Booked(len(rows), micros)
+
+
+@dataclasses.dataclass(frozen=True)
+class CorrectionSum:
+    """Corrections booked in one period for one namespace and currency."""
+
+    namespace: str
+    booked_in: dt.datetime
+    currency: str
+    micros: int
+    rows: int
+
+
+def correction_sums(conn: psycopg.Connection[Any], *, cluster: str) -> list[CorrectionSum]:
+    """Every booked correction, summed per namespace, booking period and currency."""
+    rows = conn.execute(
+        """
+        SELECT v.namespace, k.booked_in, k.currency, sum(k.amount_micros), count(*)
+        FROM charge_corrections k JOIN subscription_versions v ON v.id = k.subscription_version_id
+        WHERE k.cluster = %s
+        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        """,
+        (cluster,),
+    ).fetchall()
+    return [
+        CorrectionSum(str(ns), at.astimezone(dt.UTC), str(cur), int(total), int(n))
+        for ns, at, cur, total, n in rows
+    ]
