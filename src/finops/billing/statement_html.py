@@ -4,6 +4,7 @@ decimals with the exact six-place amount beside each. Pure: no I/O."""
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 from collections.abc import Iterable
 
@@ -18,6 +19,7 @@ table { border-collapse: collapse; width: 100%; }
 th, td { padding: .25em .5em; text-align: left; vertical-align: top;
          border-bottom: 1px solid #ddd; }
 th { font-size: 9pt; text-transform: uppercase; color: #555; }
+td.t { white-space: nowrap; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .exact { color: #666; font-size: 8.5pt; }
 .head td { border: none; padding: .1em .5em .1em 0; }
@@ -30,6 +32,11 @@ tfoot td { font-weight: bold; border-top: 2px solid #333; }
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def _when(t: dt.datetime) -> str:
+    """An instant as people read it on paper (UTC, to the minute)."""
+    return _e(ticks.utc(t).strftime("%Y-%m-%d %H:%M"))
 
 
 def _money(micros: int, currency: str) -> str:
@@ -45,7 +52,8 @@ def _header(s: statements.Statement) -> str:
         ("Namespace", s.namespace),
         ("Tenant", s.tenant or "-"),
         ("Period", f"{s.period.label}: {ticks.rfc3339(s.period.start)} to "
-                   f"{ticks.rfc3339(s.period.end)} ({s.time_zone} calendar)"),
+                   f"{ticks.rfc3339(s.period.end)} ({s.time_zone} calendar; times below "
+                   "are UTC)"),
         ("Price lists", ", ".join(s.price_lists) or "-"),
     ]  # fmt: skip
     cells = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in rows)
@@ -64,7 +72,7 @@ def _lines(lines: Iterable[statements.Line]) -> str:
     body = "".join(
         f"<tr><td>{_e(ln.subscription)}</td><td>{_e(ln.offering)}</td>"
         f"<td>{_e(focus.METERS[ln.source])}</td>"
-        f"<td>{_e(ticks.rfc3339(ln.first))}<br>to {_e(ticks.rfc3339(ln.last))}</td>"
+        f'<td class="t">{_when(ln.first)}<br>to {_when(ln.last)}</td>'
         f'<td class="n">{_e(focus.text(ln.quantity))}</td><td>{_e(ln.unit)}</td>'
         f'<td class="n">{_e(focus.text(ln.contracted_price))} {_e(ln.currency)}</td>'
         f'<td class="n">{_money(ln.amount_micros, ln.currency)}</td></tr>'
@@ -83,7 +91,7 @@ def _corrections(corrections: Iterable[statements.Correction]) -> str:
     )
     body = "".join(
         f"<tr><td>{_e(k.subscription)}</td><td>{_e(k.offering)}</td>"
-        f"<td>{_e(focus.METERS[k.source])}</td><td>{_e(ticks.rfc3339(k.hour))}</td>"
+        f'<td>{_e(focus.METERS[k.source])}</td><td class="t">{_when(k.hour)}</td>'
         f'<td>{_e(k.corrects)}</td><td class="n">{_e(focus.text(k.quantity))} {_e(k.unit)}</td>'
         f'<td class="n">{_money(k.amount_micros, k.currency)}</td></tr>'
         for k in rows
