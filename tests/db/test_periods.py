@@ -50,6 +50,13 @@ def truth(
     return ps.oracle_by_hour(charge_plan.rows(cluster, billed, inputs, ps.MARCH_END))
 
 
+def used(conn: psycopg.Connection[Any], cluster: str, book: int) -> None:
+    """Half a core in `ns-a` every hour from five hours before the end of March to four after."""
+    for k in range(-5, 4):
+        at = ps.MARCH_END + k * ps.HOUR
+        ps.allocation(conn, cluster, hour=at, name="p", book=book, currency="USD")
+
+
 def march(conn: psycopg.Connection[Any], cluster: str) -> list[tuple[Any, ...]]:
     return conn.execute(
         "SELECT * FROM subscription_charges WHERE cluster = %s AND hour < %s ORDER BY 2, 3, 4",
@@ -68,10 +75,7 @@ def test_a_month_closes_after_its_grace_and_late_data_becomes_corrections(
             ps.subscription("b", activated=ACTIVATED, fee="daily", meters=("cpuHour",)),
             ps.subscription("c", activated=ACTIVATED, fee=None),
         ]
-        for k in range(-5, 4):
-            ps.allocation(
-                conn, cluster, hour=ps.MARCH_END + k * ps.HOUR, name="p", book=usd, currency="USD"
-            )
+        used(conn, cluster, usd)
         first = ps.run(conn, cluster, ps.MARCH_END + ps.HOUR, billed)
         assert first.periods is not None and first.periods.closed == ()
         assert first.periods.waiting is not None and "grace" in first.periods.waiting[1]
@@ -81,28 +85,11 @@ def test_a_month_closes_after_its_grace_and_late_data_becomes_corrections(
         closed = march(conn, cluster)
         assert closed and all(row[8] for row in closed)  # every March row final
 
-        # Late data for closed hours: a new row, a changed row, a re-priced row (EUR).
-        ps.allocation(
-            conn,
-            cluster,
-            hour=ps.MARCH_END - 2 * ps.HOUR,
-            name="late",
-            book=usd,
-            currency="USD",
-            cpu="1.25",
-        )
-        ps.allocation(
-            conn,
-            cluster,
-            hour=ps.MARCH_END - 3 * ps.HOUR,
-            name="p",
-            book=usd,
-            currency="USD",
-            cpu="0.75",
-        )
-        ps.allocation(
-            conn, cluster, hour=ps.MARCH_END - 4 * ps.HOUR, name="p", book=eur, currency="EUR"
-        )
+        # Late data for closed hours: a new row, a changed row, a re-priced hour (EUR).
+        for before, name, cpu in ((2, "late", "1.25"), (3, "p", "0.75")):
+            at = ps.MARCH_END - before * ps.HOUR
+            ps.allocation(conn, cluster, hour=at, name=name, book=usd, currency="USD", cpu=cpu)
+        ps.reprice(conn, cluster, ps.MARCH_END - 4 * ps.HOUR, eur, "EUR")
         later = ps.run(conn, cluster, ps.MARCH_END + 3 * ps.HOUR, billed)
         assert later.periods is not None and later.periods.corrections.rows > 0
         assert march(conn, cluster) == closed
@@ -122,10 +109,7 @@ def test_a_back_dated_deactivation_is_credited_in_the_next_period(ledger_dsn: st
         _, usd = ps.books(conn, cluster)
         billed = [ps.subscription("d", activated=ACTIVATED, fee=fee) for fee in ("daily",)]
         billed.append(ps.subscription("e", activated=ACTIVATED, fee="90m"))
-        for k in range(-5, 4):
-            ps.allocation(
-                conn, cluster, hour=ps.MARCH_END + k * ps.HOUR, name="p", book=usd, currency="USD"
-            )
+        used(conn, cluster, usd)
         ps.run(conn, cluster, ps.MARCH_END + 2 * ps.HOUR, billed)
         assert store_periods.closed_through(conn, cluster=cluster) == ps.MARCH_END
         gone = ps.MARCH_END - 3 * ps.HOUR + 20 * MINUTE

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from finops.billing import money, periods, statement_html, statements, ticks
+from finops.cli import ledger_access
 from finops.store import focus as focus_store
 from finops.store import pool
 from finops.store import statements as store_statements
@@ -34,17 +35,7 @@ def register(sub: Any) -> None:
         "(YYYY-MM) as JSON, CSV or a printable HTML page; without --period, list the closed "
         "periods and their statements.",
     )
-    p.add_argument(
-        "--dsn",
-        default=os.environ.get(pool.DSN_ENV),
-        help=f"PostgreSQL DSN of the ledger (default: ${pool.DSN_ENV})",
-    )
-    p.add_argument(
-        "--cluster",
-        default=pool.cluster_id(),
-        help=f"the cluster id of the charges (default: ${pool.CLUSTER_ENV} or "
-        f"{pool.DEFAULT_CLUSTER})",
-    )
+    ledger_access.add_arguments(p)
     p.add_argument("--period", metavar="YYYY-MM", help="the billing period, e.g. 2026-03")
     p.add_argument("--namespace", help="the tenant namespace the statement is for")
     p.add_argument("--format", choices=FORMATS, help="default: from --out's suffix, else json")
@@ -115,14 +106,11 @@ def _write(args: argparse.Namespace, text: str) -> None:
     if args.out in (None, "-"):
         sys.stdout.write(text)
         return
-    partial = f"{args.out}.partial"
-    try:
-        with open(partial, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-        os.replace(partial, args.out)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(partial)
+    with (
+        ledger_access.replacing(args.out) as partial,
+        open(partial, "w", encoding="utf-8", newline="") as out,
+    ):
+        out.write(text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,14 +121,6 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.closing(pool.connect(args.dsn)) as conn:
             text = _show(args, conn) if args.period else _list(args, conn)
         _write(args, text)
-    except _Refused as exc:
-        print(f"finops statement: {exc}", file=sys.stderr)
-        return 1
-    except (pool.LedgerConnectionError, focus_store.LedgerReadError) as exc:
-        reason = " ".join(pool.redact(str(exc), args.dsn or "").split())
-        print(f"finops statement: {reason}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"finops statement: cannot write {args.out}: {exc.strerror}", file=sys.stderr)
-        return 1
+    except (_Refused, *ledger_access.FAILURES) as exc:
+        return ledger_access.fail("statement", exc, args)
     return 0

@@ -148,17 +148,7 @@ _FEE_COLUMNS = (
     " offering_version_id, subscription_version_id, covers_start, covers_end"
 )
 _FEE_TYPES = [
-    "text",
-    "timestamptz",
-    "numeric",
-    "int8",
-    "int8",
-    "text",
-    "bool",
-    "int8",
-    "int8",
-    "timestamptz",
-    "timestamptz",
+    dict(zip(charges.COLUMNS, _STAGE_TYPES, strict=True))[c] for c in _FEE_COLUMNS.split(", ")
 ]
 _FEE_DEFAULTS = """
     ALTER TABLE {table} ALTER cluster SET DEFAULT {cluster},
