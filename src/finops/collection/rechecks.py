@@ -10,7 +10,8 @@ points at, and writes the difference as correction rows in the first open period
 - the hours after a Subscription's terms changed (activation, deactivation, Offering
   version), from the first instant they differ through the hour the change was seen;
 - the hours of a Subscription never charged before a period closed (it was new with a
-  back-dated activation, or its charges failed across the close).
+  back-dated activation, or its charges failed across the close): its charge window starts
+  before the closed periods end, and it was not rechecked since they did.
 Hours still in an open period wait (their charge rows stay as they are until then), so the
 record of what to recheck is kept with each Subscription's terms. Pure: no I/O.
 """
@@ -37,7 +38,8 @@ class TermsRecord:
     deactivated_at: dt.datetime | None
     offering_version_id: int
     charged_through: dt.datetime
-    """Every hour before this is charged or was rechecked."""
+    """Every hour before this is charged or was rechecked: the end of the closed periods
+    when it was last charged (so it moves once a period closes, not every run)."""
     recheck: Window | None = None
     """Hours to recompute once their period has closed."""
 
@@ -53,7 +55,8 @@ class Charged:
     bills_usage: bool
     last_hour: dt.datetime | None
     window: Window | None
-    """The hours this run charges it (after clipping to the open periods)."""
+    """The hours this run would charge it before clipping to the open periods: a start
+    before the closed periods' end is a gap that only corrections can fill."""
 
     def alive(self, hour: dt.datetime) -> bool:
         """Whether `hour` can carry a charge of it."""
@@ -135,8 +138,9 @@ def _wanted(
     changed = first_difference(old, sub)
     if changed is not None:
         return (ticks.floor_hour(changed), max(scheduled, ticks.floor_hour(changed) + HOUR))
-    if through is not None and old.charged_through < through:
-        return (old.charged_through, through)
+    if through is not None and sub.window is not None and sub.window[0] < through:
+        start = max(sub.window[0], old.charged_through)
+        return (start, through) if start < through else None
     return None
 
 
@@ -148,8 +152,6 @@ def _record(
         marks.append(old.charged_through)
     if closed is not None:
         marks.append(closed.through)
-    if sub.window is not None:
-        marks.append(sub.window[1])
     return TermsRecord(
         sub.activated_at, sub.deactivated_at, sub.offering_version_id, max(marks), pending
     )

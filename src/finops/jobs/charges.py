@@ -74,12 +74,12 @@ def _read(
     cluster: str,
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
+    closed: dt.datetime | None,
 ) -> charge_plan.Inputs:
-    """Everything the plan needs: the allocation boundary, the watermarks and the version ids
-    (new versions are recorded first). The allocation rows stay in the database: the
-    set-based write sums them there."""
+    """Everything the plan needs: the allocation boundary, the watermarks (holes before the
+    closed periods' end do not count) and the version ids (new versions are recorded first).
+    The allocation rows stay in the database: the set-based write sums them there."""
     boundary = store_allocations.allocation_boundary(conn, cluster=cluster)
-    closed = store_periods.closed_through(conn, cluster=cluster)
     marks = store_charges.watermarks(
         conn, cluster=cluster, subscription_uids=[b.sub.uid for b in billed], since=closed
     )
@@ -91,7 +91,7 @@ def _read(
     )
     return charge_plan.Inputs(
         boundary=boundary,
-        windows=rechecks.clip(charge_plan.windows(billed, marks, scheduled), closed),
+        windows=charge_plan.windows(billed, marks, scheduled),
         versions=charge_plan.version_ids(billed, offerings, subscriptions),
         fee_currency=charge_inputs.latest_currency(conn, cluster=cluster),
     )
@@ -140,8 +140,10 @@ def charge(
     a real transaction.
     """
     scheduled = plan.truncate_hour(scheduled)
-    inputs = _read(conn, cluster, scheduled, billed)
-    tables = charge_plan.tables(billed, inputs, scheduled)
+    closed = store_periods.closed_through(conn, cluster=cluster)
+    inputs = _read(conn, cluster, scheduled, billed, closed)
+    open_hours = dataclasses.replace(inputs, windows=rechecks.clip(inputs.windows, closed))
+    tables = charge_plan.tables(billed, open_hours, scheduled)
     done = _write(conn, cluster, tables, scheduled, inputs.boundary)
     closing = periods_job.settle(
         conn,

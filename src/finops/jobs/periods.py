@@ -42,7 +42,8 @@ def settle(
     billed: Sequence[charge_plan.Billed],
     inputs: charge_plan.Inputs,
 ) -> Settled:
-    """Close, recheck and record in one transaction (see the module docstring)."""
+    """Close, recheck and record in one transaction (see the module docstring); `inputs` are
+    the run's, with its charge windows before clipping to the open periods."""
     with unit.begin(conn) as work:
         charge_sql.lock(conn, cluster)
         store_periods.save_calendar(conn, cluster=cluster, calendar=calendar)
@@ -99,7 +100,9 @@ def _correct(
     """Recompute the recheck windows and book what differs from the ledger."""
     if closed is None or not plan.windows:
         return store_periods.Booked(0, {})
-    again = [b for b in billed if b.sub.uid in plan.windows]
+    again = [
+        b for b in billed if b.sub.uid in plan.windows and b.sub.uid in inputs.versions.offering
+    ]
     truth = dataclasses.replace(inputs, boundary=None, windows=plan.windows, priced=())
     tables = charge_plan.tables(again, truth, scheduled)
     charge_sql.stage(conn, cluster=cluster, tables=tables, scheduled=scheduled)

@@ -106,15 +106,24 @@ def usage_final_before(conn: psycopg.Connection[Any], *, cluster: str) -> dt.dat
     return None if row is None else _utc(row[0])
 
 
+# The cluster's earliest charged hour: the first hour of each Subscription version, by one
+# probe of the `(version, hour)` index each (a scan of the charges would read them all).
+_FIRST_HOUR = """
+    SELECT min(f.hour) FROM subscription_versions v CROSS JOIN LATERAL (
+        SELECT c.hour FROM subscription_charges c
+        WHERE c.subscription_version_id = v.id AND c.cluster = %(cluster)s
+        ORDER BY c.hour LIMIT 1) f
+    WHERE v.cluster = %(cluster)s
+"""
+
+
 def facts(conn: psycopg.Connection[Any], *, cluster: str) -> periods.LedgerFacts:
     """What closing decides on: the closed horizon, the first charged hour (only asked
     before the first close), the first open charge row, the allocation boundary."""
     through = closed_through(conn, cluster=cluster)
     first = None
     if through is None:
-        row = conn.execute(
-            "SELECT min(hour) FROM subscription_charges WHERE cluster = %s", (cluster,)
-        ).fetchone()
+        row = conn.execute(_FIRST_HOUR.encode(), {"cluster": cluster}).fetchone()
         first = None if row is None else _utc(row[0])
     row = conn.execute(
         "SELECT min(hour) FROM subscription_charges WHERE cluster = %s AND NOT finalized",
@@ -195,6 +204,12 @@ def save_terms(
             offering_version_id = EXCLUDED.offering_version_id,
             charged_through = EXCLUDED.charged_through,
             recheck_from = EXCLUDED.recheck_from, recheck_to = EXCLUDED.recheck_to
+        WHERE (charge_terms.activated_at, charge_terms.deactivated_at,
+               charge_terms.offering_version_id, charge_terms.charged_through,
+               charge_terms.recheck_from, charge_terms.recheck_to)
+              IS DISTINCT FROM (EXCLUDED.activated_at, EXCLUDED.deactivated_at,
+                                EXCLUDED.offering_version_id, EXCLUDED.charged_through,
+                                EXCLUDED.recheck_from, EXCLUDED.recheck_to)
         """,
         (
             cluster,

@@ -40,7 +40,7 @@ def record(**kw: object) -> rechecks.TermsRecord:
 def test_same_terms_and_no_changes_recheck_nothing() -> None:
     plan = rechecks.plan([sub()], {"a": record()}, CLOSED, NOW, [], None)
     assert plan.windows == {} and plan.records["a"].recheck is None
-    assert plan.records["a"].charged_through == NOW + H
+    assert plan.records["a"].charged_through == NOW
 
 
 def test_a_back_dated_deactivation_rechecks_closed_hours_now_and_the_rest_later() -> None:
@@ -68,9 +68,13 @@ def test_a_new_subscription_activated_in_a_closed_period_is_charged_for_it() -> 
     assert plan.windows == {"a": (T0, CLOSED.through)}
 
 
-def test_a_subscription_that_failed_across_the_close_is_caught_up() -> None:
-    plan = rechecks.plan([sub()], {"a": record(charged_through=T0 + 5 * H)}, CLOSED, NOW, [], None)
+def test_a_subscription_that_failed_across_the_close_is_caught_up_once() -> None:
+    stuck = sub(window=(T0 + 5 * H, NOW + H))
+    before_close = record(charged_through=CLOSED.first)
+    plan = rechecks.plan([stuck], {"a": before_close}, CLOSED, NOW, [], None)
     assert plan.windows == {"a": (T0 + 5 * H, CLOSED.through)}
+    again = rechecks.plan([stuck], plan.records, CLOSED, NOW, [], None)
+    assert again.windows == {}
 
 
 def test_changed_allocation_hours_are_rechecked_once_closed_for_usage_alive_then() -> None:
