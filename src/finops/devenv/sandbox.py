@@ -485,7 +485,7 @@ Where to look:
     )
 
 
-def _simulate(
+def simulate(
     svc: Services, hours: int, out: TextIO, previous_month: bool
 ) -> tuple[dt.datetime, dt.datetime]:
     """The simulated hours: from now, or from the back-dated activation until the previous
@@ -526,7 +526,7 @@ def run(
                 for obj in load_examples():
                     apply(client, obj)
             wait_for_activation(svc, out)
-            first, last = _simulate(svc, hours, out, previous_month)
+            first, last = simulate(svc, hours, out, previous_month)
             report(svc, out, (first, plan.truncate_hour(last) + HOUR))
             if previous_month:
                 sandbox_periods.report(svc.dsn, svc.gateway_url, out)
