@@ -215,11 +215,19 @@ class FeeSchedule:
     ) -> list[tuple[dt.datetime, int, int, tuple[dt.datetime, dt.datetime] | None]]:
         """`hourly_ticks` with the service each hour's ticks pay for (`covered`): a fee row
         records it, so a statement names the period a fee is for, not the hour that closed it."""
-        n = self.billed_ticks(start)
-        rows = []
-        for hour, closed, amount in self.hourly_ticks(start, end):
-            rows.append((hour, closed, amount, self.covered(n, n + closed)))
-            n += closed
+        ticks_of = self.hourly_ticks(start, end)
+        counts = [self.billed_ticks(start)]
+        for _, closed, _ in ticks_of:
+            counts.append(counts[-1] + closed)
+        named = sorted({c for c in counts if c >= 1})
+        at = dict(zip(named, self.clock.boundaries(named), strict=True))
+        rows: list[tuple[dt.datetime, int, int, tuple[dt.datetime, dt.datetime] | None]] = []
+        for (hour, closed, amount), before in zip(ticks_of, counts, strict=False):
+            span = None
+            if closed:
+                opened = self.clock.activated_at if before == 0 else at[before]
+                span = (opened, at[before + closed])
+            rows.append((hour, closed, amount, span))
         return rows
 
     def min_periods_elapsed(self, now: dt.datetime) -> bool:

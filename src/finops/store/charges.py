@@ -121,8 +121,11 @@ def watermarks(
     # MATERIALIZED: each per-Subscription bound is computed once. Right after a first run the
     # table's statistics still say it is empty, and the planner then nested-looped the inlined
     # window aggregate once per charge row (20 s for 3,750 rows instead of milliseconds).
+    # The closed periods' bound only when there is one (an `IS NULL OR` in the query would
+    # hide the index range from the planner).
+    bound = "AND hour >= %(since)s - interval '1 hour'" if since is not None else ""
     rows = conn.execute(
-        """
+        f"""
         WITH open AS MATERIALIZED (
             SELECT subscription_uid, min(hour) AS first_open FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b) AND NOT finalized
@@ -132,8 +135,7 @@ def watermarks(
                    lead(hour) OVER (PARTITION BY subscription_uid ORDER BY hour) AS next_hour
             FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
-              AND source = 'subscription'
-              AND (%(since)s::timestamptz IS NULL OR hour >= %(since)s - interval '1 hour')
+              AND source = 'subscription' {bound}
         ), hole AS MATERIALIZED (
             SELECT subscription_uid, min(hour) AS before_hole FROM fee
             WHERE next_hour > hour + interval '1 hour'
@@ -146,7 +148,7 @@ def watermarks(
           AND c.hour < coalesce(o.first_open, 'infinity')
           AND c.hour <= coalesce(h.before_hole, 'infinity')
         GROUP BY c.subscription_uid
-        """,
+        """.encode(),
         {"cluster": cluster, "uids": list(subscription_uids), "since": since},
     ).fetchall()
     return {str(uid): hour.astimezone(dt.UTC) for uid, hour in rows}
