@@ -183,14 +183,7 @@ class TickClock:
         """The `n`-th boundary after activation (`n` >= 1)."""
         if n < 1:
             raise ValueError(f"boundaries are numbered from 1, got {n}")
-        a = self.activated_at
-        if self.alignment is TickAlignment.ACTIVATED_AT:
-            return a + self._step * n
-        if self.alignment is TickAlignment.HOUR_BOUNDARY:
-            return EPOCH + self._step * ((a - EPOCH) // self._step + n)
-        if self.alignment is TickAlignment.DAY_BOUNDARY:
-            return self._first_midnight + self._step * (n - 1)
-        return month_start(month_index(a) + n * self.amount)
+        return self.boundaries([n])[0]
 
     def boundaries(self, ns: Sequence[int]) -> list[dt.datetime]:
         """`boundary` of each of `ns` (each >= 1), the alignment's constants worked out once:
