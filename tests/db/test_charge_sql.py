@@ -210,7 +210,8 @@ def stored(conn: psycopg.Connection[Any]) -> set[tuple[Any, ...]]:
     rows = conn.execute(
         """
         SELECT subscription_uid, hour, source, quantity, unit_price_micros, amount_micros,
-               currency, finalized, offering_version_id, subscription_version_id
+               currency, finalized, offering_version_id, subscription_version_id, pricebook_id,
+               covers_start, covers_end
         FROM subscription_charges
         """
     ).fetchall()
@@ -230,6 +231,9 @@ def planned(rows: list[charge_plan.ChargeRow]) -> set[tuple[Any, ...]]:
             r.finalized,
             r.offering_version_id,
             r.subscription_version_id,
+            r.pricebook_id,
+            r.covers_start,
+            r.covers_end,
         )
         for r in rows
     }

@@ -120,7 +120,12 @@ def test_billed_cost_sums_equal_the_ledger_to_the_micro(conn: psycopg.Connection
     for namespace in (None, "team-a", "team-b"):
         got = list(
             focus_store.charges(
-                conn, cluster=builders.CLUSTER, namespace=namespace, batch=3, **WINDOW
+                conn,
+                cluster=builders.CLUSTER,
+                namespace=namespace,
+                batch=3,
+                include_unsettled=True,
+                **WINDOW,
             )
         )
         assert len(got) == len(_in_window(written, namespace)) > 0
@@ -133,11 +138,25 @@ def test_billed_cost_sums_equal_the_ledger_to_the_micro(conn: psycopg.Connection
     conn.rollback()
 
 
+def test_hours_in_progress_are_left_out_unless_asked_for(conn: psycopg.Connection[Any]) -> None:
+    written = _in_window(_ledger(conn))
+    settled = list(focus_store.charges(conn, cluster=builders.CLUSTER, **WINDOW))
+    assert {(c.subscription_uid, c.hour, c.source) for c in settled} == {
+        (r.subscription_uid, r.hour, r.source) for r in written if r.finalized
+    }
+    assert all(c.finalized for c in settled) and len(settled) < len(written)
+    conn.rollback()
+
+
 def test_rows_carry_the_version_that_priced_them_oldest_hour_first(
     conn: psycopg.Connection[Any],
 ) -> None:
     _ledger(conn)
-    got = list(focus_store.charges(conn, cluster=builders.CLUSTER, namespace="team-b", **WINDOW))
+    got = list(
+        focus_store.charges(
+            conn, cluster=builders.CLUSTER, namespace="team-b", include_unsettled=True, **WINDOW
+        )
+    )
     assert [c.hour for c in got] == sorted(c.hour for c in got)
     assert {c.namespace for c in got} == {"team-b"}
     first = got[0]
@@ -206,7 +225,9 @@ def test_rows_stream_from_a_server_side_cursor_a_batch_at_a_time(
     conn: psycopg.Connection[Any],
 ) -> None:
     _ledger(conn)
-    rows = focus_store.charges(conn, cluster=builders.CLUSTER, batch=5, **WINDOW)
+    rows = focus_store.charges(
+        conn, cluster=builders.CLUSTER, batch=5, include_unsettled=True, **WINDOW
+    )
     next(rows)
     open_cursors = conn.execute("SELECT name FROM pg_cursors").fetchall()
     assert [n for (n,) in open_cursors if str(n).startswith("finops_focus_")]
@@ -231,6 +252,7 @@ def _args(dsn: str, out: pathlib.Path | None, **extra: Any) -> argparse.Namespac
         "namespace": None,
         "cluster": builders.CLUSTER,
         "provider_name": "Acme Platform",
+        "include_unsettled": False,
     }
     fields.update(extra)
     return argparse.Namespace(**fields)
@@ -243,6 +265,7 @@ def test_finops_export_focus_writes_a_csv_a_spreadsheet_reads(
     out = tmp_path / "focus.csv"
     argv = ["export", "focus", "--dsn", ledger_dsn, "--cluster", builders.CLUSTER]
     argv += ["--from", "2026-03-31T22:00:00Z", "--to", "2026-04-01T04:00:00Z"]
+    argv += ["--include-unsettled"]
     assert cli.main([*argv, "--out", str(out), "--provider-name", "Acme Platform"]) == 0
     with out.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)

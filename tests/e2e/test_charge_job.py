@@ -749,7 +749,11 @@ def test_each_hour_carries_the_subscription_labels_it_was_charged_under(
     assert charge_run(kube, ns, ledger_dsn, at(3)) == 0
 
     with psycopg.connect(ledger_dsn) as conn:
-        got = list(focus_store.charges(conn, cluster=CLUSTER, start=at(0), end=at(4)))
+        got = list(
+            focus_store.charges(
+                conn, cluster=CLUSTER, start=at(0), end=at(4), include_unsettled=True
+            )
+        )
         generations = conn.execute(
             "SELECT DISTINCT generation FROM subscription_versions WHERE name = 'tagged'"
         ).fetchall()

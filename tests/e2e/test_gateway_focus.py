@@ -80,17 +80,23 @@ def test_a_tenant_exports_its_own_namespace_and_nothing_else(
     a, b = tenants["a"], tenants["b"]
     reader = _auth(tenants["reader"])
     with _gateway(kube, ledger_dsn, auth=None) as url:
+        every = {**WINDOW, "includeUnsettled": "true"}
         rows = _csv_rows(
-            httpx.get(f"{url}/api/v1/namespaces/{a}/focus", params=WINDOW, headers=reader)
+            httpx.get(f"{url}/api/v1/namespaces/{a}/focus", params=every, headers=reader)
         )
         assert len(rows) == len(tenants["rows_a"])
+        settled = _csv_rows(
+            httpx.get(f"{url}/api/v1/namespaces/{a}/focus", params=WINDOW, headers=reader)
+        )
+        assert len(settled) == sum(c.finalized for c in tenants["rows_a"]) < len(rows)
+        assert {r["x_Finalized"] for r in settled} == {"true"}
         assert {r["SubAccountId"] for r in rows} == {a}
         assert _billed_micros(rows) == sum(c.amount_micros for c in tenants["rows_a"])
         assert {r["ChargeCategory"] for r in rows} == {"Purchase", "Usage"}
 
         as_json = httpx.get(
             f"{url}/api/v1/namespaces/{a}/focus",
-            params={**WINDOW, "format": "json"},
+            params={**every, "format": "json"},
             headers=reader,
         )
         assert as_json.status_code == 200
@@ -128,7 +134,8 @@ def test_a_cluster_wide_reader_exports_every_namespace(
     auditor = _token_for(kube, tenants["a"], "auditor")
     _grant_cluster_reader(kube, tenants["a"], "auditor")
     with _gateway(kube, ledger_dsn, auth=None) as url:
-        rows = _csv_rows(httpx.get(f"{url}/api/v1/focus", params=WINDOW, headers=_auth(auditor)))
+        every = {**WINDOW, "includeUnsettled": "true"}
+        rows = _csv_rows(httpx.get(f"{url}/api/v1/focus", params=every, headers=_auth(auditor)))
         assert {r["SubAccountId"] for r in rows} == {tenants["a"], tenants["b"]}
         written = tenants["rows_a"] + tenants["rows_b"]
         assert len(rows) == len(written)

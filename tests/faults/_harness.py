@@ -180,7 +180,10 @@ class Universe:
 
     def run(self, mode: str, hour: dt.datetime, costjob: str | None = None) -> tuple[int, Timeline]:
         """One uninterrupted run in this process (same `run` the binary calls), timed."""
-        env = self.job_env(mode, hour, costjob)
+        return self.run_env(mode, self.job_env(mode, hour, costjob))
+
+    def run_env(self, mode: str, env: dict[str, str]) -> tuple[int, Timeline]:
+        """`run` with the environment given (e.g. `job_env` plus a setting)."""
         now = parse_time(env["FAULTS_NOW"])
 
         async def go() -> int:
@@ -442,14 +445,27 @@ _DUMPS = {
         FROM subscription_versions v""",
     "subscription_charges": """
         SELECT (to_jsonb(c) - 'subscription_uid' - 'offering_version_id'
-                - 'subscription_version_id'
+                - 'subscription_version_id' - 'pricebook_id'
                 || jsonb_build_object(
                     'subscription', s.name, 'own_version', s.uid = c.subscription_uid,
                     'subscription_generation', s.generation, 'labels', s.namespace_labels,
-                    'offering', o.name, 'offering_generation', o.generation))::text
+                    'offering', o.name, 'offering_generation', o.generation,
+                    'pricebook', p.book_uid || '/' || p.rates_digest))::text
         FROM subscription_charges c
         JOIN subscription_versions s ON s.id = c.subscription_version_id
-        JOIN offering_versions o ON o.id = c.offering_version_id""",
+        JOIN offering_versions o ON o.id = c.offering_version_id
+        LEFT JOIN pricebooks p ON p.id = c.pricebook_id""",
+    "billing_periods": "SELECT (to_jsonb(b) - 'closed_at')::text FROM billing_periods b",
+    "charge_corrections": """
+        SELECT (to_jsonb(k) - 'id' - 'subscription_uid' - 'offering_version_id'
+                - 'subscription_version_id' - 'pricebook_id'
+                || jsonb_build_object(
+                    'subscription', s.name, 'offering', o.name,
+                    'pricebook', p.book_uid || '/' || p.rates_digest))::text
+        FROM charge_corrections k
+        JOIN subscription_versions s ON s.id = k.subscription_version_id
+        JOIN offering_versions o ON o.id = k.offering_version_id
+        LEFT JOIN pricebooks p ON p.id = k.pricebook_id""",
 }
 
 

@@ -202,6 +202,34 @@ class FeeSchedule:
             n_before, before = n_after, after
         return rows
 
+    def covered(self, before: int, after: int) -> tuple[dt.datetime, dt.datetime] | None:
+        """The service ticks `before + 1 … after` pay for: from the boundary before the first
+        of them (activation, for the opening tick) to the last one; None for no tick."""
+        if after <= before:
+            return None
+        start = self.clock.activated_at if before == 0 else self.clock.boundary(before)
+        return start, self.clock.boundary(after)
+
+    def hourly_spans(
+        self, start: dt.datetime, end: dt.datetime
+    ) -> list[tuple[dt.datetime, int, int, tuple[dt.datetime, dt.datetime] | None]]:
+        """`hourly_ticks` with the service each hour's ticks pay for (`covered`): a fee row
+        records it, so a statement names the period a fee is for, not the hour that closed it."""
+        ticks_of = self.hourly_ticks(start, end)
+        counts = [self.billed_ticks(start)]
+        for _, closed, _ in ticks_of:
+            counts.append(counts[-1] + closed)
+        named = sorted({c for c in counts if c >= 1})
+        at = dict(zip(named, self.clock.boundaries(named), strict=True))
+        rows: list[tuple[dt.datetime, int, int, tuple[dt.datetime, dt.datetime] | None]] = []
+        for (hour, closed, amount), before in zip(ticks_of, counts, strict=False):
+            span = None
+            if closed:
+                opened = self.clock.activated_at if before == 0 else at[before]
+                span = (opened, at[before + closed])
+            rows.append((hour, closed, amount, span))
+        return rows
+
     def min_periods_elapsed(self, now: dt.datetime) -> bool:
         """The `minPeriods` finalizer guard: enough boundaries since activation, by `now`.
 

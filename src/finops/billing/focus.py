@@ -2,8 +2,11 @@
 
 Why FOCUS: spreadsheets, BI tools and FinOps platforms already read that column set, so the
 ledger can be handed over without a mapping on the reader's side. One charge row (Subscription
-x hour x source) becomes one FOCUS row. Nothing is discounted here, so the four cost columns
-carry the same amount; money is the row's integer micros shown as an exact six-place Decimal.
+x hour x source) or one correction row becomes one FOCUS row. BilledCost and EffectiveCost are
+the row's integer micros as an exact six-place Decimal. The list price is the PriceBook rate
+(a fee's `priceMicros`), the contracted price the Offering's margined rate, and ListCost and
+ContractedCost are those prices times PricingQuantity, exactly (no float, no rounding); they
+differ from BilledCost only by the one rounding of the charge to whole micros.
 
 The column table below states, per column, the FOCUS data type, feature level, whether the
 spec lets it be null, and the values it allows, as written in the 1.2 column definitions of
@@ -24,13 +27,17 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime as dt
+import decimal
 import enum
 import io
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
+from fractions import Fraction
+from typing import cast
 
-from finops.billing import money, ticks
+from finops.api import bodies
+from finops.billing import fees, money, periods, ticks, usage
 
 FOCUS_VERSION = "1.2"
 DEFAULT_PROVIDER = "Kubernetes platform"
@@ -38,6 +45,12 @@ NO_CURRENCY = "XXX"
 """ISO 4217's code for "no currency": a charge whose currency nothing named (a fee with no
 PriceBook in sight) still needs a valid BillingCurrency."""
 FEE_SOURCE = "subscription"
+SERVICE_CATEGORY = "Compute"
+SERVICE_SUBCATEGORY = "Containers"
+CORRECTION = "Correction"
+QUANTITY_PLACES = 12
+_EXACT = decimal.Context(prec=200)
+"""Products of exact decimals are computed in this context: wide enough never to round."""
 
 
 class DataType(enum.StrEnum):
@@ -66,7 +79,7 @@ class Column:
 
 
 CHARGE_CATEGORIES = ("Usage", "Purchase", "Tax", "Credit", "Adjustment")
-CHARGE_CLASSES = ("Correction",)
+CHARGE_CLASSES = (CORRECTION,)
 CHARGE_FREQUENCIES = ("One-Time", "Recurring", "Usage-Based")
 SERVICE_CATEGORIES = (
     "AI and Machine Learning",
@@ -109,9 +122,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("ConsumedQuantity", _D, _C, True),
     Column("ConsumedUnit", _S, _C, True),
     Column("ContractedCost", _D, _M, False),
+    Column("ContractedUnitPrice", _D, _C, True),
     Column("EffectiveCost", _D, _M, False),
+    Column("InvoiceId", _S, _R, True),
     Column("InvoiceIssuerName", _S, _M, False),
     Column("ListCost", _D, _M, False),
+    Column("ListUnitPrice", _D, _C, True),
     Column("PricingQuantity", _D, _M, True),
     Column("PricingUnit", _S, _M, True),
     Column("ProviderName", _S, _M, False),
@@ -121,17 +137,25 @@ COLUMNS: tuple[Column, ...] = (
     Column("ResourceType", _S, _C, True),
     Column("ServiceCategory", _S, _M, False, SERVICE_CATEGORIES),
     Column("ServiceName", _S, _M, False),
+    Column("ServiceSubcategory", _S, _R, False),
+    Column("SkuId", _S, _C, True),
+    Column("SkuMeter", _S, _C, True),
+    Column("SkuPriceDetails", _J, _C, True),
+    Column("SkuPriceId", _S, _C, True),
     Column("SubAccountId", _S, _C, True),
     Column("SubAccountName", _S, _C, True),
     Column("Tags", _J, _C, True),
     Column("x_ChargeSource", _S, _X, False),
+    Column("x_CorrectedInvoiceId", _S, _X, True),
     Column("x_Finalized", _S, _X, False, ("true", "false")),
     Column("x_UnitPrice", _D, _X, False),
 )
 NAMES = tuple(c.name for c in COLUMNS)
 BY_NAME = {c.name: c for c in COLUMNS}
+_OBJECTS = frozenset(c.name for c in COLUMNS if c.data_type is DataType.JSON)
 
 # How each source is measured and priced (UnitFormat style); quantities are 2^30-byte GiB.
+# A fee's pricing unit is its period (`fee_unit`).
 UNITS = {
     FEE_SOURCE: "Periods",
     "cpuHour": "Core-Hours",
@@ -140,13 +164,43 @@ UNITS = {
     "pvGbHour": "GiB-Hours",
     "networkGb": "GiB",
 }
+METERS = {
+    FEE_SOURCE: "Subscription Fee",
+    "cpuHour": "CPU",
+    "gpuHour": "GPU",
+    "ramGbHour": "Memory",
+    "pvGbHour": "Persistent Volume",
+    "networkGb": "Network",
+}
+"""SkuMeter: what each source measures."""
 
 Value = Decimal | str | dt.datetime | dict[str, str] | None
 
 
 @dataclasses.dataclass(frozen=True)
+class PriceList:
+    """The PriceBook rates a usage row's hour was collected under (one `pricebooks` row)."""
+
+    namespace: str
+    name: str
+    digest: str
+    rates: Mapping[str, int]
+    """Micros per `spec.rates` field (`cpuHour`, `networkGiB`, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Booking:
+    """Where a correction is booked: the start of the period it is booked in and of the
+    closed period whose hour it corrects."""
+
+    booked_in: dt.datetime
+    corrects: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
 class LedgerCharge:
-    """One `subscription_charges` row with the Subscription version and Offering that priced it."""
+    """One `subscription_charges` row (or `charge_corrections` row, with `booking`) with the
+    Subscription version and the Offering that priced it."""
 
     cluster: str
     namespace: str
@@ -164,18 +218,27 @@ class LedgerCharge:
     """The namespace's labels under that version."""
     subscription_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """The Subscription's own labels under that version."""
+    offering_namespace: str = ""
+    offering_uid: str = ""
+    offering_spec: bodies.OfferingSpec = dataclasses.field(
+        default_factory=lambda: cast(bodies.OfferingSpec, {})
+    )
+    """The spec of the Offering version that priced the row (fee terms, margins)."""
+    price_list: PriceList | None = None
+    covers: tuple[dt.datetime, dt.datetime] | None = None
+    """A fee row's service period (None for usage, and for rows written before it was kept)."""
+    booking: Booking | None = None
+    """Set on a correction."""
+
+    @property
+    def is_fee(self) -> bool:
+        return self.source == FEE_SOURCE
 
 
 def units(micros: int) -> Decimal:
     """Integer micros as an exact Decimal with six places: 40_000_000 -> Decimal('40.000000')."""
     digits = tuple(int(c) for c in str(abs(micros)))
     return Decimal((1 if micros < 0 else 0, digits, -money.DECIMALS))
-
-
-def billing_period(hour: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
-    """The UTC calendar month [start, end) holding `hour`: charges are invoiced monthly."""
-    index = ticks.month_index(hour)
-    return ticks.month_start(index), ticks.month_start(index + 1)
 
 
 def tags(charge: LedgerCharge) -> dict[str, str] | None:
@@ -185,50 +248,194 @@ def tags(charge: LedgerCharge) -> dict[str, str] | None:
     return dict(sorted(merged.items())) or None
 
 
-def row(charge: LedgerCharge, provider: str = DEFAULT_PROVIDER) -> dict[str, Value]:
-    """The FOCUS row of one ledger charge, values typed (Decimal, str, aware datetime, dict)."""
+_PERIOD_UNITS = {
+    ticks.TickAlignment.HOUR_BOUNDARY: "Hour",
+    ticks.TickAlignment.DAY_BOUNDARY: "Day",
+    ticks.TickAlignment.MONTH_BOUNDARY: "Month",
+}
+_DURATION_UNITS = {"h": "Hour", "m": "Minute", "s": "Second"}
+
+
+def fee_terms(charge: LedgerCharge) -> fees.FeeSpec | None:
+    """The fee of the Offering version that priced the row (None when it has none)."""
+    try:
+        return fees.FeeSpec.from_offering_spec(charge.offering_spec)
+    except fees.FeeSpecError:
+        return None
+
+
+def fee_unit(spec: fees.FeeSpec) -> str:
+    """A fee's period as a FOCUS unit: `Hour`, `Day`, `Month`, `3 Months`, `90 Minutes`."""
+    if spec.tick_alignment is ticks.TickAlignment.ACTIVATED_AT:
+        count, unit = int(spec.period[:-1]), _DURATION_UNITS[spec.period[-1]]
+    else:
+        count, unit = int(spec.period), _PERIOD_UNITS[spec.tick_alignment]
+    return unit if count == 1 else f"{count} {unit}s"
+
+
+def _fee_quantity(charge: LedgerCharge, spec: fees.FeeSpec | None) -> Decimal:
+    """Periods paid for: whole ticks, or the prorated share of one (its micros over the
+    price, twelve places), so that price x quantity is the list cost."""
+    price = charge.unit_price_micros if spec is None else spec.price_micros
+    if price == 0 or charge.amount_micros == int(charge.quantity) * price:
+        return charge.quantity
+    return money.to_decimal(Fraction(charge.amount_micros, price), QUANTITY_PLACES)
+
+
+def _usage_prices(charge: LedgerCharge) -> tuple[Decimal, Decimal]:
+    """(list, contracted) unit price of a usage row: the PriceBook rate of its hour, and that
+    rate with the Offering's margin for the meter; the stored unit price for a row whose
+    rates were not recorded."""
+    if charge.price_list is None:
+        stored = units(charge.unit_price_micros)
+        return stored, stored
+    meter = usage.Meter(charge.source)
+    rate = usage.Rates.from_micros(charge.price_list.rates).for_meter(meter)
+    margins = {m.meter: m.margin for m in _pricing(charge).meters}
+    margined = margins.get(meter, usage.Margin()).apply(rate)
+    return units(rate), money.to_decimal(margined * Fraction(1, money.MICROS_PER_UNIT), 9)
+
+
+def _pricing(charge: LedgerCharge) -> usage.UsagePricing:
+    try:
+        return usage.UsagePricing.from_offering_spec(charge.offering_spec)
+    except ValueError:
+        return usage.UsagePricing()
+
+
+@dataclasses.dataclass(frozen=True)
+class Pricing:
+    """A row's quantity, unit, unit prices and the exact costs they make."""
+
+    quantity: Decimal
+    unit: str
+    list_price: Decimal
+    contracted_price: Decimal
+
+    @property
+    def list_cost(self) -> Decimal:
+        return _EXACT.multiply(self.list_price, self.quantity)
+
+    @property
+    def contracted_cost(self) -> Decimal:
+        return _EXACT.multiply(self.contracted_price, self.quantity)
+
+
+def pricing(charge: LedgerCharge) -> Pricing:
+    """How the row was priced, in FOCUS terms."""
+    if not charge.is_fee:
+        listed, contracted = _usage_prices(charge)
+        return Pricing(charge.quantity, UNITS[charge.source], listed, contracted)
+    spec = fee_terms(charge)
+    price = units(charge.unit_price_micros if spec is None else spec.price_micros)
+    unit = UNITS[FEE_SOURCE] if spec is None else fee_unit(spec)
+    return Pricing(_fee_quantity(charge, spec), unit, price, price)
+
+
+def sku(charge: LedgerCharge) -> tuple[str, str, dict[str, str] | None]:
+    """(SkuId, SkuPriceId, SkuPriceDetails): the SKU is the Offering's product for this
+    source; its price is that Offering version's (and, for usage, the PriceBook rates')."""
+    sku_id = f"{charge.offering_namespace}/{charge.offering}/{charge.source}"
+    price_id = f"{sku_id}@{charge.offering_uid}"
+    details: dict[str, str] = {}
+    if charge.is_fee:
+        spec = fee_terms(charge)
+        if spec is not None:
+            details = {"x_Period": spec.period, "x_TickAlignment": spec.tick_alignment.value}
+    else:
+        margins = {m.meter.value: m.margin for m in _pricing(charge).meters}
+        margin = margins.get(charge.source, usage.Margin())
+        if margin.factor_milli is not None:
+            details["x_MarginFactorMilli"] = str(margin.factor_milli)
+        if margin.absolute_micros is not None:
+            details["x_MarginAbsoluteMicros"] = str(margin.absolute_micros)
+        if charge.price_list is not None:
+            book = charge.price_list
+            price_id = f"{price_id}/{book.digest[:12]}"
+            details["x_PriceBook"] = f"{book.namespace}/{book.name}"
+            details["x_PriceBookRatesVersion"] = book.digest[:12]
+    return sku_id, price_id, details or None
+
+
+def _periods(charge: LedgerCharge, index: periods.PeriodIndex) -> tuple[periods.Period, str | None]:
+    """The period the row is invoiced in and, for a correction, the invoice it corrects."""
+    if charge.booking is None:
+        return index.period_of(charge.hour), None
+    corrected = index.period_of(charge.hour)
+    invoice = periods.invoice_id(charge.cluster, charge.namespace, corrected.start, corrected.label)
+    return index.starting(charge.booking.booked_in), invoice
+
+
+def _check(charge: LedgerCharge) -> dt.datetime:
     if charge.hour.tzinfo is None or charge.hour.utcoffset() is None:
         raise ValueError(f"LedgerCharge.hour must be timezone-aware, got {charge.hour!r}")
     if charge.source not in UNITS:
         raise ValueError(f"unknown charge source {charge.source!r}")
-    hour = ticks.utc(charge.hour)
-    period_start, period_end = billing_period(hour)
-    fee = charge.source == FEE_SOURCE
-    cost = units(charge.amount_micros)
-    unit = UNITS[charge.source]
-    what = "Subscription fee" if fee else f"{charge.source} usage"
+    return ticks.utc(charge.hour)
+
+
+def _description(charge: LedgerCharge, hour: dt.datetime) -> str:
+    what = "Subscription fee" if charge.is_fee else f"{charge.source} usage"
+    if charge.booking is not None:
+        what = f"Correction of the {what.lower()} of {ticks.rfc3339(hour)}"
+    return f"{what} of Offering {charge.offering}"
+
+
+def row(
+    charge: LedgerCharge,
+    provider: str = DEFAULT_PROVIDER,
+    index: periods.PeriodIndex | None = None,
+) -> dict[str, Value]:
+    """The FOCUS row of one ledger charge or correction, values typed (Decimal, str, aware
+    datetime, dict); `index` places it in its billing period (UTC months by default)."""
+    hour = _check(charge)
+    period, corrected = _periods(charge, index or periods.PeriodIndex(periods.Calendar()))
+    fee, cost, priced = charge.is_fee, units(charge.amount_micros), pricing(charge)
+    sku_id, price_id, details = sku(charge)
+    start, end = charge.covers or (hour, hour + ticks.HOUR)
     return {
         "BilledCost": cost,
         "BillingAccountId": charge.cluster,
         "BillingAccountName": charge.cluster,
         "BillingCurrency": charge.currency or NO_CURRENCY,
-        "BillingPeriodEnd": period_end,
-        "BillingPeriodStart": period_start,
+        "BillingPeriodEnd": period.end,
+        "BillingPeriodStart": period.start,
         "ChargeCategory": "Purchase" if fee else "Usage",
-        "ChargeClass": None,
-        "ChargeDescription": f"{what} of Offering {charge.offering}",
+        "ChargeClass": None if charge.booking is None else CORRECTION,
+        "ChargeDescription": _description(charge, hour),
         "ChargeFrequency": "Recurring" if fee else "Usage-Based",
-        "ChargePeriodEnd": hour + ticks.HOUR,
-        "ChargePeriodStart": hour,
+        "ChargePeriodEnd": end,
+        "ChargePeriodStart": start,
         "ConsumedQuantity": None if fee else charge.quantity,
-        "ConsumedUnit": None if fee else unit,
-        "ContractedCost": cost,
+        "ConsumedUnit": None if fee else UNITS[charge.source],
+        "ContractedCost": priced.contracted_cost,
+        "ContractedUnitPrice": priced.contracted_price,
         "EffectiveCost": cost,
+        "InvoiceId": periods.invoice_id(
+            charge.cluster, charge.namespace, period.start, period.label
+        ),
         "InvoiceIssuerName": provider,
-        "ListCost": cost,
-        "PricingQuantity": charge.quantity,
-        "PricingUnit": unit,
+        "ListCost": priced.list_cost,
+        "ListUnitPrice": priced.list_price,
+        "PricingQuantity": priced.quantity,
+        "PricingUnit": priced.unit,
         "ProviderName": provider,
         "PublisherName": provider,
         "ResourceId": charge.subscription_uid,
         "ResourceName": charge.subscription,
         "ResourceType": "Subscription",
-        "ServiceCategory": "Compute",
+        "ServiceCategory": SERVICE_CATEGORY,
         "ServiceName": charge.offering,
+        "ServiceSubcategory": SERVICE_SUBCATEGORY,
+        "SkuId": sku_id,
+        "SkuMeter": METERS[charge.source],
+        "SkuPriceDetails": details,
+        "SkuPriceId": price_id,
         "SubAccountId": charge.namespace,
         "SubAccountName": charge.namespace,
         "Tags": tags(charge),
         "x_ChargeSource": charge.source,
+        "x_CorrectedInvoiceId": corrected,
         "x_Finalized": "true" if charge.finalized else "false",
         "x_UnitPrice": units(charge.unit_price_micros),
     }
@@ -263,7 +470,7 @@ def json_chunks(rows: Iterable[Mapping[str, Value]]) -> Iterator[str]:
     yield "["
     sep = ""
     for r in rows:
-        body = {name: (r[name] if name == "Tags" else text(r[name])) for name in NAMES}
+        body = {name: (r[name] if name in _OBJECTS else text(r[name])) for name in NAMES}
         yield sep + json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         sep = ","
     yield "]\n"

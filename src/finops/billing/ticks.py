@@ -183,14 +183,26 @@ class TickClock:
         """The `n`-th boundary after activation (`n` >= 1)."""
         if n < 1:
             raise ValueError(f"boundaries are numbered from 1, got {n}")
+        return self.boundaries([n])[0]
+
+    def boundaries(self, ns: Sequence[int]) -> list[dt.datetime]:
+        """`boundary` of each of `ns` (each >= 1), the alignment's constants worked out once:
+        a charge run names the boundaries of every fee row it writes."""
+        if any(n < 1 for n in ns):
+            raise ValueError("boundaries are numbered from 1")
         a = self.activated_at
         if self.alignment is TickAlignment.ACTIVATED_AT:
-            return a + self._step * n
+            step = self._step
+            return [a + step * n for n in ns]
         if self.alignment is TickAlignment.HOUR_BOUNDARY:
-            return EPOCH + self._step * ((a - EPOCH) // self._step + n)
+            step = self._step
+            base = (a - EPOCH) // step
+            return [EPOCH + step * (base + n) for n in ns]
         if self.alignment is TickAlignment.DAY_BOUNDARY:
-            return self._first_midnight + self._step * (n - 1)
-        return month_start(month_index(a) + n * self.amount)
+            step, first = self._step, self._first_midnight
+            return [first + step * (n - 1) for n in ns]
+        start, amount = month_index(a), self.amount
+        return [month_start(start + n * amount) for n in ns]
 
     def first_boundary(self) -> dt.datetime:
         """The boundary that closes the opening tick."""

@@ -189,6 +189,8 @@ class PricedRow:
 
     row: allocation.AllocationRow
     rates: Rates | None
+    pricebook_id: int | None = None
+    """The ledger's id of that PriceBook's rates (recorded on the charge rows it prices)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

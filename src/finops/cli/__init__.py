@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from finops.cli import export, sandbox, simulate, validate
+from finops.cli import export, sandbox, simulate, statement, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,13 +14,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="finops",
         description="FinOps operator tools: check manifests offline, simulate what an "
-        "Offering will cost, export the ledger as FOCUS rows.",
+        "Offering will cost, export the ledger as FOCUS rows, print billing statements.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     validate.register(sub)
     simulate.register(sub)
     sandbox.register(sub)
     export.register(sub)
+    statement.register(sub)
     return parser
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import os
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
 from finops.billing import focus, ticks
+from finops.cli import ledger_access
 from finops.store import focus as focus_store
 from finops.store import pool
 
@@ -35,24 +35,20 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = formats.add_parser(
         "focus",
         help=f"FinOps Foundation FOCUS {focus.FOCUS_VERSION} rows (CSV, or Parquet)",
-        description=f"Write every charge over hours in [--from, --to) as FOCUS "
+        description=f"Write every settled charge over hours in [--from, --to), and the "
+        "corrections booked in billing periods starting in that window, as FOCUS "
         f"{focus.FOCUS_VERSION} rows: CSV to stdout or --out FILE.csv, Parquet to "
         "--out FILE.parquet (needs the 'parquet' extra). Times are RFC 3339 with a UTC offset.",
     )
-    p.add_argument(
-        "--dsn",
-        default=os.environ.get(pool.DSN_ENV),
-        help=f"PostgreSQL DSN of the ledger (default: ${pool.DSN_ENV})",
-    )
+    ledger_access.add_arguments(p)
     p.add_argument("--from", dest="window_from", required=True, metavar="T", help="first instant")
     p.add_argument("--to", dest="window_to", required=True, metavar="T", help="end (exclusive)")
     p.add_argument("--out", metavar="FILE", help="FILE.csv or FILE.parquet (default: stdout)")
     p.add_argument("--namespace", help="only this namespace's charges")
     p.add_argument(
-        "--cluster",
-        default=pool.cluster_id(),
-        help=f"the cluster id the charges were written under (default: ${pool.CLUSTER_ENV} "
-        f"or {pool.DEFAULT_CLUSTER})",
+        "--include-unsettled",
+        action="store_true",
+        help="also the hours still in progress (x_Finalized=false; they may change)",
     )
     p.add_argument(
         "--provider-name",
@@ -86,10 +82,16 @@ def _kind(out: str | None) -> str:
 def _rows(
     args: argparse.Namespace, conn: Any, start: dt.datetime, end: dt.datetime
 ) -> Iterator[dict[str, focus.Value]]:
+    index = focus_store.period_index(conn, cluster=args.cluster)
     charges = focus_store.charges(
-        conn, cluster=args.cluster, namespace=args.namespace, start=start, end=end
+        conn,
+        cluster=args.cluster,
+        namespace=args.namespace,
+        start=start,
+        end=end,
+        include_unsettled=args.include_unsettled,
     )
-    return (focus.row(c, args.provider_name) for c in charges)
+    return (focus.row(c, args.provider_name, index) for c in charges)
 
 
 def _write_csv(rows: Iterator[dict[str, focus.Value]], out: IO[str]) -> int:
@@ -108,17 +110,12 @@ def _write(args: argparse.Namespace, start: dt.datetime, end: dt.datetime) -> in
         rows = _rows(args, conn, start, end)
         if args.out in (None, "-"):
             return _write_csv(rows, sys.stdout)
-        partial = f"{args.out}.partial"
-        try:
+        with ledger_access.replacing(args.out) as partial:
             if writer is not None:
                 count: int = writer(rows, partial)
             else:
                 with open(partial, "w", encoding="utf-8", newline="") as out:
                     count = _write_csv(rows, out)
-            os.replace(partial, args.out)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(partial)
     return count
 
 
@@ -131,16 +128,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.dsn:
             raise _Refused(f"--dsn is required (or set {pool.DSN_ENV})")
         count = _write(args, start, end)
-    except _Refused as exc:
-        print(f"finops export focus: {exc}", file=sys.stderr)
-        return 1
-    except (pool.LedgerConnectionError, focus_store.LedgerReadError) as exc:
-        reason = " ".join(pool.redact(str(exc), args.dsn or "").split())
-        print(f"finops export focus: {reason}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"finops export focus: cannot write {args.out}: {exc.strerror}", file=sys.stderr)
-        return 1
+    except (_Refused, *ledger_access.FAILURES) as exc:
+        return ledger_access.fail("export focus", exc, args)
     if args.out not in (None, "-"):
         print(f"wrote {count} FOCUS {focus.FOCUS_VERSION} rows to {args.out}", file=sys.stderr)
     return 0

@@ -37,6 +37,12 @@ def register(sub: Any) -> None:
         help="print the table and exit 0 instead of running until Ctrl-C",
     )
     p.add_argument(
+        "--previous-month",
+        action="store_true",
+        help="back-date the example Subscriptions to the last hours of the previous month and "
+        "simulate until that month has closed, to show its statements",
+    )
+    p.add_argument(
         "--state-dir",
         type=pathlib.Path,
         default=pathlib.Path(".sandbox"),
@@ -48,10 +54,10 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Start the sandbox (imports its heavy dependencies only when asked for)."""
     if args.real_node:
-        if args.hours is not None:
+        if args.hours is not None or args.previous_month:
             print(
-                "finops sandbox: --hours simulates hours in-process; with --real-node the "
-                "CronJobs run on the real clock, so leave --hours out",
+                "finops sandbox: --hours and --previous-month simulate hours in-process; with "
+                "--real-node the CronJobs run on the real clock, so leave them out",
                 file=sys.stderr,
             )
             return 1
@@ -64,4 +70,6 @@ def run(args: argparse.Namespace) -> int:
     if hours < 0:
         print("finops sandbox: --hours must be 0 or more", file=sys.stderr)
         return 1
-    return sandbox.run(hours, args.exit_after_report, args.state_dir, sys.stdout)
+    return sandbox.run(
+        hours, args.exit_after_report, args.state_dir, sys.stdout, args.previous_month
+    )

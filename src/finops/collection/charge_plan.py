@@ -72,6 +72,11 @@ class ChargeRow:
     finalized: bool
     offering_version_id: int
     subscription_version_id: int
+    pricebook_id: int | None = None
+    """Usage rows: the PriceBook rates their hour was collected under (the first row's)."""
+    covers_start: dt.datetime | None = None
+    """Fee rows: the start of the service period the hour's ticks pay for."""
+    covers_end: dt.datetime | None = None
 
 
 # ---------------------------------------------------------------- versions
@@ -212,6 +217,15 @@ def hour_currencies(priced: Iterable[tuple[usage.PricedRow, str]]) -> dict[dt.da
     return out
 
 
+def hour_pricebooks(priced: Iterable[tuple[usage.PricedRow, str]]) -> dict[dt.datetime, int | None]:
+    """The PriceBook rates of each hour's usage: those of the first row collected in it (the
+    row that names the hour's currency)."""
+    out: dict[dt.datetime, int | None] = {}
+    for row, _ in priced:
+        out.setdefault(row.row.hour, row.pricebook_id)
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Inputs:
     """Everything the ledger pass read before deciding."""
@@ -232,6 +246,7 @@ def rows(
     rows in the currency their hour was collected under (the fee's when none was)."""
     index = RowIndex(row for row, _ in inputs.priced)
     currencies = hour_currencies(inputs.priced)
+    books = hour_pricebooks(inputs.priced)
     out: list[ChargeRow] = []
     for b in billed:
         window = inputs.windows.get(b.sub.uid)
@@ -240,9 +255,10 @@ def rows(
         candidates = index.for_terms(b.terms, window) if b.terms.bills_usage else []
         for p in charges.plan_charges(b.terms, window, candidates, scheduled, inputs.boundary):
             is_fee = p.source == usage.Meter.SUBSCRIPTION
-            currency = inputs.fee_currency
+            currency, book = inputs.fee_currency, None
             if not is_fee:
                 currency = currencies.get(p.hour, inputs.fee_currency)
+                book = books.get(p.hour)
             out.append(
                 ChargeRow(
                     cluster=cluster,
@@ -256,6 +272,9 @@ def rows(
                     finalized=p.finalized,
                     offering_version_id=inputs.versions.offering[b.sub.uid],
                     subscription_version_id=inputs.versions.subscription[b.sub.uid],
+                    pricebook_id=book,
+                    covers_start=p.covers[0] if p.covers else None,
+                    covers_end=p.covers[1] if p.covers else None,
                 )
             )
     return out
@@ -276,9 +295,11 @@ SourceRow: TypeAlias = tuple[str, str, str, str]
 """(uid, namespace, resourceType, name) of each usage source of a usage-billing Subscription."""
 MeterRow: TypeAlias = tuple[str, str, int | None, int | None]
 """(uid, meter, factorMilli, absoluteMicros) of each priced usage meter."""
-FeeRow: TypeAlias = tuple[str, dt.datetime, int, int, int, str, bool, int, int]
+FeeRow: TypeAlias = tuple[
+    str, dt.datetime, int, int, int, str, bool, int, int, dt.datetime | None, dt.datetime | None
+]
 """(uid, hour, ticks closed, unit price, amount, currency, finalized, offering version id,
-subscription version id) of each fee row."""
+subscription version id, start and end of the service the ticks pay for) of each fee row."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,10 +324,11 @@ def fee_rows(b: Billed, window: Window, scheduled: dt.datetime, inputs: Inputs) 
     ov, sv = inputs.versions.offering[uid], inputs.versions.subscription[uid]
     price = fee.spec.price_micros
     anchor = ticks.floor_hour(scheduled)
-    return [
-        (uid, hour, closed, price, amount, currency, hour < anchor, ov, sv)
-        for hour, closed, amount in fee.hourly_ticks(*window)
-    ]
+    rows: list[FeeRow] = []
+    for hour, closed, amount, span in fee.hourly_spans(*window):
+        lo, hi = span if span is not None else (None, None)
+        rows.append((uid, hour, closed, price, amount, currency, hour < anchor, ov, sv, lo, hi))
+    return rows
 
 
 def tables(billed: Iterable[Billed], inputs: Inputs, scheduled: dt.datetime) -> Tables:

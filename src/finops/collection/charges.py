@@ -191,6 +191,8 @@ class PlannedCharge:
     unit_price_micros: int
     amount_micros: int
     finalized: bool
+    covers: tuple[dt.datetime, dt.datetime] | None = None
+    """A fee row's service period (see `fees.FeeSchedule.covered`)."""
 
 
 def fee_charges(
@@ -205,15 +207,16 @@ def fee_charges(
     anchor = ticks.floor_hour(scheduled)
     rows: list[PlannedCharge] = []
     for hour, amount in fee.hourly(*window):
-        closed = fee.billed_ticks(hour + HOUR) - fee.billed_ticks(hour)
+        before, after = fee.billed_ticks(hour), fee.billed_ticks(hour + HOUR)
         rows.append(
             PlannedCharge(
                 hour=hour,
                 source=usage.Meter.SUBSCRIPTION.value,
-                quantity=Decimal(closed),
+                quantity=Decimal(after - before),
                 unit_price_micros=fee.spec.price_micros,
                 amount_micros=amount,
                 finalized=hour < anchor,
+                covers=fee.covered(before, after),
             )
         )
     return rows

@@ -32,6 +32,7 @@ from finops.controller import (
     finopsprovider,
     hierarchy_watch,
     metrics,
+    period_metrics,
     pricebook,
     serving,
     webhooks,
@@ -128,6 +129,8 @@ class Manager:
         # Budgets are only read for their metrics: no reconciler, and the workers do not
         # wait for this cache.
         self.budgets = watch.Source(client, resources.Budget, lambda *_: None)
+        if ledger_dsn is not None:
+            period_metrics.install(metrics.REGISTRY, ledger_dsn, settings.cluster_id)
         cost_metrics.install(
             metrics.REGISTRY,
             lambda: list(self.hierarchy.subscription_source.store.values()),

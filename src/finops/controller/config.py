@@ -12,6 +12,8 @@ import pathlib
 import re
 from collections.abc import Mapping
 
+from finops.billing import periods
+
 REQUIRED = (
     "POSTGRES_CONNECTION_STRING",
     "OPENCOST_CONNECTION_STRING",
@@ -49,6 +51,10 @@ class Settings:
     costjob_allowed_namespaces: frozenset[str] = frozenset()
     resync_seconds: float = 300.0
     lease_duration_seconds: float = 15.0
+    billing_env: tuple[tuple[str, str], ...] = ()
+    """The billing-period settings (`FINOPS_BILLING_TIME_ZONE`, `FINOPS_PERIOD_GRACE_HOURS`)
+    set on the manager, checked at start and handed to the charge CronJobs' pods, which
+    close the periods."""
     workers: int = DEFAULT_WORKERS
     """Reconciles in flight (`FINOPS_WORKERS`). Each one mostly waits on the API server, so a
     burst of creates converges faster with four than with two; eight was slower while the
@@ -103,6 +109,17 @@ def _workers(env: Mapping[str, str]) -> int:
     return int(raw)
 
 
+def _billing(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The billing-period variables that are set, after checking them as the charge job
+    will (a bad time zone stops the manager here, not every charge run later)."""
+    try:
+        periods.Calendar.from_env(env)
+    except periods.SettingsError as exc:
+        raise ConfigError(str(exc)) from None
+    names = (periods.TIME_ZONE_ENV, periods.GRACE_ENV)
+    return tuple((n, env[n].strip()) for n in names if env.get(n, "").strip())
+
+
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
@@ -132,6 +149,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
     lease = _seconds(env, "FINOPS_LEASE_DURATION_SECONDS", 15.0)
     workers = _workers(env)
     pull_policy = _pull_policy(env)
+    billing = _billing(env)
     return Settings(
         postgres_dsn=env["POSTGRES_CONNECTION_STRING"],
         opencost_url=env["OPENCOST_CONNECTION_STRING"].strip(),
@@ -150,4 +168,5 @@ def from_env(env: Mapping[str, str]) -> Settings:
         resync_seconds=resync,
         lease_duration_seconds=lease,
         workers=workers,
+        billing_env=billing,
     )

@@ -143,6 +143,8 @@ def reconciler_env(costjob: Mapping[str, Any], settings: config.Settings) -> lis
         value = spec.get(field)
         if value:
             env.append({"name": variable, "value": str(value)})
+    if MODES.get(str(spec.get("type") or "")) == "collectionjob":
+        env.extend({"name": name, "value": value} for name, value in settings.billing_env)
     return env
 
 

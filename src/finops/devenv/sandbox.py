@@ -30,9 +30,9 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
-from finops.billing import money
+from finops.billing import money, periods
 from finops.collection import plan
-from finops.devenv import controlplane, postgres, tls
+from finops.devenv import controlplane, postgres, sandbox_periods, tls
 from finops.devenv import opencost_replay as replay
 from finops.devenv import webhooks as local_webhooks
 from finops.jobs import allocations as allocation_job
@@ -355,6 +355,8 @@ def job_env(svc: Services, costjob: str, scheduled: dt.datetime) -> dict[str, st
         "OPENCOST_AGGREGATE": "namespace,pod",  # the aggregate the real captures hold
         "HOURS_LOOKBACK": "1",
         "SCHEDULED_TIMESTAMP": scheduled.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        # A month closes two hours after it ends (not 24), so a short simulation shows it.
+        periods.GRACE_ENV: str(sandbox_periods.GRACE_HOURS),
     }
 
 
@@ -384,14 +386,22 @@ def backdate_activation(svc: Services, to: dt.datetime, out: TextIO) -> None:
     _say(out, f"Subscriptions counted as active since {plan.rfc3339(to)}")
 
 
-def simulate_hours(svc: Services, hours: int, out: TextIO, start_offset: int = 0) -> dt.datetime:
+def simulate_hours(
+    svc: Services,
+    hours: int,
+    out: TextIO,
+    start_offset: int = 0,
+    start: dt.datetime | None = None,
+) -> dt.datetime:
     """Run both jobs once per simulated hour, as the two hourly CronJobs would, for the
     `hours` hours before the current one and the current hour itself (all moved by
-    `start_offset` hours); return the last scheduled time."""
+    `start_offset` hours), or for `start` and the `hours` hours after it; return the last
+    scheduled time."""
     # The runs fire at the current minute of each hour, as an hourly CronJob would; the last
     # one is now.
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    start = now + (start_offset - hours) * HOUR
+    if start is None:
+        now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+        start = now + (start_offset - hours) * HOUR
     last = start
     for k in range(hours + 1):
         scheduled = start + k * HOUR
@@ -544,12 +554,32 @@ Where to look:
     )
 
 
+def simulate(
+    svc: Services, hours: int, out: TextIO, previous_month: bool
+) -> tuple[dt.datetime, dt.datetime]:
+    """The simulated hours: up to now (`simulate_history`), or from an activation back-dated
+    into the previous month until that month has closed; the first and last scheduled hours."""
+    if not previous_month:
+        return simulate_history(svc, hours, out)
+    at = sandbox_periods.activation(dt.datetime.now(dt.UTC))
+    backdate_activation(svc, at, out)
+    count = sandbox_periods.hours_until_closed(at)
+    return plan.truncate_hour(at), simulate_hours(svc, count, out, start=at)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def run(hours: int, exit_after_report: bool, state: pathlib.Path, out: TextIO) -> int:
-    """The whole sandbox; returns an exit status."""
+def run(
+    hours: int,
+    exit_after_report: bool,
+    state: pathlib.Path,
+    out: TextIO,
+    previous_month: bool = False,
+) -> int:
+    """The whole sandbox (with `previous_month`, from the last hours of the previous month
+    until it has closed: see `finops.devenv.sandbox_periods`); returns an exit status."""
     # Ctrl-C and SIGTERM both unwind through the context managers, so every service stops
     # and its files go, whatever stage the sandbox is in (a background shell ignores SIGINT
     # unless a handler is installed).
@@ -562,8 +592,10 @@ def run(hours: int, exit_after_report: bool, state: pathlib.Path, out: TextIO) -
                 for obj in load_examples():
                     apply(client, obj)
             wait_for_activation(svc, out)
-            first, last = simulate_history(svc, hours, out)
+            first, last = simulate(svc, hours, out, previous_month)
             report(svc, out, (first, plan.truncate_hour(last) + HOUR))
+            if previous_month:
+                sandbox_periods.report(svc.dsn, svc.gateway_url, out)
             if exit_after_report:
                 return 0
             _say(out, "running; press Ctrl-C to stop and remove everything")

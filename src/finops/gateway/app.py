@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from finops.gateway import budgets as budget_views
-from finops.gateway import dashboard, focus_export, params
+from finops.gateway import dashboard, focus_export, params, statements
 from finops.kube import client as kube_client
 from finops.kube import reviews
 from finops.store import pool, reads
@@ -44,6 +44,7 @@ ORIGINS_ENV = "ALLOWED_ORIGINS"
 HOST_ENV = "BIND_HOST"
 DEFAULT_PORT = 8080
 GROUP = "finops.stakater.com"
+UNSETTLED = "includeUnsettled"
 RESOURCE = "subscriptions"
 T = TypeVar("T")
 
@@ -126,10 +127,17 @@ def _focus_handler(
         try:
             start, end = params.parse_window(request.query_params)
             media = focus_export.media_type(fmt)
+            unsettled = focus_export.include_unsettled(request.query_params.get(UNSETTLED))
         except ValueError as exc:
             return params.error(400, str(exc))
         body = focus_export.stream(
-            ledger, cluster=settings.cluster, namespace=namespace, start=start, end=end, fmt=fmt
+            ledger,
+            cluster=settings.cluster,
+            namespace=namespace,
+            start=start,
+            end=end,
+            fmt=fmt,
+            include_unsettled=unsettled,
         )
         try:
             head = await run_in_threadpool(next, body)
@@ -279,6 +287,9 @@ def build(
                 cluster=settings.cluster, gate=authorizer, read=_reader(settings, ledger)
             ),
             *budget_views.routes(
+                cluster=settings.cluster, gate=authorizer, read=_reader(settings, ledger)
+            ),
+            *statements.routes(
                 cluster=settings.cluster, gate=authorizer, read=_reader(settings, ledger)
             ),
         ],

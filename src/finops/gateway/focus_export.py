@@ -29,6 +29,16 @@ def media_type(fmt: str) -> str:
         raise ValueError(f"'format' must be one of {', '.join(FORMATS)}, got {fmt!r}") from None
 
 
+def include_unsettled(raw: str | None) -> bool:
+    """`includeUnsettled=`: absent or `false` is the settled rows only, `true` adds the hours
+    in progress; anything else is refused by name."""
+    if raw in (None, "", "false"):
+        return False
+    if raw == "true":
+        return True
+    raise ValueError(f"'includeUnsettled' must be true or false, got {raw!r}")
+
+
 def filename(namespace: str | None, start: dt.datetime, end: dt.datetime, fmt: str) -> str:
     """`focus-<namespace|all>-<from>-<to>.<fmt>`, safe in a Content-Disposition header."""
     stamp = "%Y%m%dT%H%M%SZ"
@@ -43,14 +53,21 @@ def stream(
     start: dt.datetime,
     end: dt.datetime,
     fmt: str,
+    include_unsettled: bool = False,
 ) -> Iterator[str]:
     """Chunks of the body; the query runs on the first `next()` (call that before replying)."""
     with ledger().connection() as conn:
+        index = focus_store.period_index(conn, cluster=cluster)
         charges = focus_store.charges(
-            conn, cluster=cluster, namespace=namespace, start=start, end=end
+            conn,
+            cluster=cluster,
+            namespace=namespace,
+            start=start,
+            end=end,
+            include_unsettled=include_unsettled,
         )
         first = next(charges, None)
-        rows = (focus.row(c) for c in _chain(first, charges))
+        rows = (focus.row(c, index=index) for c in _chain(first, charges))
         chunks = focus.csv_lines(rows) if fmt == "csv" else focus.json_chunks(rows)
         try:
             yield from chunks

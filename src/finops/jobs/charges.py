@@ -32,9 +32,10 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
 from finops.api import bodies, conditions
-from finops.billing import buckets
-from finops.collection import charge_plan, charges, plan
+from finops.billing import buckets, periods
+from finops.collection import charge_plan, charges, plan, rechecks
 from finops.jobs import budgets as budget_job
+from finops.jobs import periods as periods_job
 from finops.jobs import records
 from finops.kube import resources, status
 from finops.kube import subscriptions as kube_subs
@@ -42,6 +43,7 @@ from finops.opencost import config as opencost_config
 from finops.store import allocations as store_allocations
 from finops.store import charge_inputs, charge_sql, pool, unit
 from finops.store import charges as store_charges
+from finops.store import periods as store_periods
 
 log = logging.getLogger("finops.jobs.charges")
 
@@ -64,6 +66,8 @@ class LedgerResult:
     rows_deleted: int = 0
     usage_rows: int = 0
     """Usage charge rows the database summed from the allocation rows."""
+    periods: periods_job.Settled | None = None
+    """Billing periods closed and corrections booked after the write."""
 
 
 # ---------------------------------------------------------------- the ledger pass
@@ -74,13 +78,14 @@ def _read(
     cluster: str,
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
+    closed: dt.datetime | None,
 ) -> charge_plan.Inputs:
-    """Everything the plan needs: the allocation boundary, the watermarks and the version ids
-    (new versions are recorded first). The allocation rows stay in the database: the
-    set-based write sums them there."""
+    """Everything the plan needs: the allocation boundary, the watermarks (holes before the
+    closed periods' end do not count) and the version ids (new versions are recorded first).
+    The allocation rows stay in the database: the set-based write sums them there."""
     boundary = store_allocations.allocation_boundary(conn, cluster=cluster)
     marks = store_charges.watermarks(
-        conn, cluster=cluster, subscription_uids=[b.sub.uid for b in billed]
+        conn, cluster=cluster, subscription_uids=[b.sub.uid for b in billed], since=closed
     )
     offerings, subscriptions = charge_inputs.record_versions(
         conn,
@@ -108,6 +113,8 @@ def _write(
         written = charge_sql.write(
             conn, cluster=cluster, tables=tables, scheduled=scheduled, boundary=boundary
         )
+        final = scheduled if boundary is None else min(scheduled, boundary)
+        store_periods.note_usage_final(conn, cluster=cluster, before=final)
         work.commit()
     return written
 
@@ -128,20 +135,34 @@ def charge(
     cluster: str,
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
+    calendar: periods.Calendar | None = None,
 ) -> LedgerResult:
-    """Write every charge row of this run and read back the sums the buckets need.
+    """Write every charge row of this run, close the billing periods that are settled and
+    book corrections of closed hours, then read back the sums the buckets need.
 
     `conn` must be in autocommit mode (as `unit.session` opens it), so each unit of work is
     a real transaction.
     """
     scheduled = plan.truncate_hour(scheduled)
-    inputs = _read(conn, cluster, scheduled, billed)
-    tables = charge_plan.tables(billed, inputs, scheduled)
+    closed = store_periods.closed_through(conn, cluster=cluster)
+    inputs = _read(conn, cluster, scheduled, billed, closed)
+    open_hours = dataclasses.replace(inputs, windows=rechecks.clip(inputs.windows, closed))
+    tables = charge_plan.tables(billed, open_hours, scheduled)
     done = _write(conn, cluster, tables, scheduled, inputs.boundary)
+    closing = periods_job.settle(
+        conn,
+        cluster=cluster,
+        calendar=calendar or periods.Calendar(),
+        scheduled=scheduled,
+        billed=billed,
+        inputs=inputs,
+    )
     settled = read_settled(
         conn, cluster=cluster, scheduled=scheduled, uids=[b.sub.uid for b in billed]
     )
-    return LedgerResult(inputs.boundary, settled, done.written, done.deleted, done.usage_rows)
+    return LedgerResult(
+        inputs.boundary, settled, done.written, done.deleted, done.usage_rows, closing
+    )
 
 
 def _ledger_pass(
@@ -149,12 +170,13 @@ def _ledger_pass(
     cluster: str,
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
+    calendar: periods.Calendar,
 ) -> LedgerResult:
     dsn = pool.dsn_from_env(env)
     timeouts = opencost_config.Timeouts.from_sources({}, env)
     seconds = max(1, int(timeouts.database_init.total_seconds()))
     with unit.session(dsn, connect_timeout=seconds) as conn:
-        return charge(conn, cluster=cluster, scheduled=scheduled, billed=billed)
+        return charge(conn, cluster=cluster, scheduled=scheduled, billed=billed, calendar=calendar)
 
 
 # ---------------------------------------------------------------- the run
@@ -239,15 +261,20 @@ async def collect(
     now: dt.datetime,
     ledger: Callable[[Sequence[charge_plan.Billed]], LedgerResult] | None = None,
     namespace: str = "*",
+    calendar: periods.Calendar | None = None,
 ) -> RunReport:
     """One run against the API and the ledger; failures are recorded per Subscription.
 
     `namespace` narrows the Subscriptions listed (the job itself always runs cluster-wide;
-    tests sharing one API server use it to see only their own objects).
+    tests sharing one API server use it to see only their own objects). `calendar` is the
+    billing-period setting (`run` parses it from the environment once).
     """
     cluster = pool.cluster_id(env)
     scheduled = plan.scheduled_hour(env.get("SCHEDULED_TIMESTAMP"), now)
-    charge_ledger = ledger or functools.partial(_ledger_pass, env, cluster, scheduled)
+    calendar = calendar or periods.Calendar.from_env(env)
+    charge_ledger = ledger or functools.partial(
+        _ledger_pass, env, cluster, scheduled, calendar=calendar
+    )
     run = _Run(client, now, scheduled, RunReport(scheduled))
     listed = _sort(await kube_subs.list_subscriptions(client, namespace), run)
     terms = await _read_terms(run, listed.activated)
@@ -482,11 +509,16 @@ async def run(
     if not env.get(pool.DSN_ENV, "").strip():
         log.error("required environment variable not set: %s", pool.DSN_ENV)
         return 1
+    try:
+        calendar = periods.Calendar.from_env(env)
+    except periods.SettingsError as exc:
+        log.error("%s", exc)
+        return 1
     client = kube or AsyncClient(field_manager="finops-operator")
     started_at, started = now(), time.monotonic()
     try:
         try:
-            report = await collect(client, env, started_at, namespace=namespace)
+            report = await collect(client, env, started_at, namespace=namespace, calendar=calendar)
         except ApiError as exc:
             log.error("cannot list Subscriptions: %s", _describe(exc))
             error = f"cannot list Subscriptions: {_describe(exc)}"

@@ -350,4 +350,7 @@ def priced_usage(
     )
     books = store_allocations.pricebooks(conn, {s.pricebook_id for s in stored})
     rates = {i: usage.Rates.from_micros(book.rates) for i, book in books.items()}
-    return [(usage.PricedRow(s.row, rates.get(s.pricebook_id)), s.currency) for s in stored]
+    return [
+        (usage.PricedRow(s.row, rates.get(s.pricebook_id), s.pricebook_id), s.currency)
+        for s in stored
+    ]

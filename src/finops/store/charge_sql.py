@@ -67,7 +67,8 @@ _TEMP = """
         uid text, namespace text, lo timestamptz, hi timestamptz, whole boolean, fresh boolean
     ) ON COMMIT DROP;
     CREATE TEMP TABLE charge_levels (hour timestamptz, aggregation text) ON COMMIT DROP;
-    CREATE TEMP TABLE charge_hour_currency (hour timestamptz, currency text) ON COMMIT DROP;
+    CREATE TEMP TABLE charge_hour_currency (
+        hour timestamptz, currency text, pricebook_id bigint) ON COMMIT DROP;
     CREATE TEMP TABLE charge_stage (LIKE subscription_charges) ON COMMIT DROP;
     CREATE TEMP TABLE charge_fresh_fees (LIKE subscription_charges) ON COMMIT DROP;
 """
@@ -86,6 +87,9 @@ _STAGE_TYPES = [
     "bool",
     "int8",
     "int8",
+    "int8",
+    "timestamptz",
+    "timestamptz",
 ]
 
 
@@ -141,9 +145,11 @@ _FRESH = """
 # instead of being added to each of tens of thousands of rows in Python and sent with it.
 _FEE_COLUMNS = (
     "subscription_uid, hour, quantity, unit_price_micros, amount_micros, currency, finalized,"
-    " offering_version_id, subscription_version_id"
+    " offering_version_id, subscription_version_id, covers_start, covers_end"
 )
-_FEE_TYPES = ["text", "timestamptz", "numeric", "int8", "int8", "text", "bool", "int8", "int8"]
+_FEE_TYPES = [
+    dict(zip(charges.COLUMNS, _STAGE_TYPES, strict=True))[c] for c in _FEE_COLUMNS.split(", ")
+]
 _FEE_DEFAULTS = """
     ALTER TABLE {table} ALTER cluster SET DEFAULT {cluster},
         ALTER source SET DEFAULT 'subscription'
@@ -185,12 +191,12 @@ _LEVELS = """
     SELECT hour, aggregation FROM levels
 """
 
-# The currency of each hour: that of its first row (by namespace, name) among the rows the
-# run's usage windows read, as `charge_plan.hour_currencies` picks it.
+# The currency and PriceBook rates of each hour: those of its first row (by namespace, name)
+# among the rows the run's usage windows read, as `charge_plan.hour_currencies` picks them.
 _CURRENCIES = """
     INSERT INTO charge_hour_currency
-    SELECT l.hour, f.currency FROM charge_levels l, LATERAL (
-        SELECT a.currency FROM provider_allocations a
+    SELECT l.hour, f.currency, f.pricebook_id FROM charge_levels l, LATERAL (
+        SELECT a.currency, a.pricebook_id FROM provider_allocations a
         WHERE a.cluster = %(cluster)s AND a.hour = l.hour AND a.aggregation = l.aggregation
           AND (EXISTS (SELECT 1 FROM charge_ns_windows w WHERE w.namespace = a.namespace
                        AND l.hour >= w.lo AND l.hour < w.hi)
@@ -308,7 +314,7 @@ _COVERED = """
                g.start_time >= s.activated
                    AND (s.deactivated IS NULL OR g.start_time < s.deactivated) AS instant_in,
                s.offering_version_id AS ov, s.subscription_version_id AS sv,
-               coalesce(hc.currency, %(fee_currency)s) AS currency
+               coalesce(hc.currency, %(fee_currency)s) AS currency, hc.pricebook_id AS book
         FROM grouped g JOIN charge_subs s USING (uid)
         LEFT JOIN charge_hour_currency hc ON hc.hour = g.hour
     ), billed AS (
@@ -347,7 +353,7 @@ def _priced(meters: dict[str, _Meter]) -> str:
         else:
             cols.append(f"g.{s} * g.w AS {s}_x")
     return f"""priced AS (
-        SELECT g.uid, g.hour, g.ov, g.sv, g.currency, g.len, {", ".join(cols)}
+        SELECT g.uid, g.hour, g.ov, g.sv, g.currency, g.book, g.len, {", ".join(cols)}
         FROM billed g JOIN margins mm USING (uid) JOIN pricebooks p ON p.id = g.pricebook_id
     )"""
 
@@ -373,10 +379,10 @@ def _sums(meters: dict[str, _Meter]) -> str:
             arrays = f"t.{s}_ys, t.{s}_yas, t.{s}_lens"
         rows.append(f"('{name}', %({m.den})s::numeric, t.{s}_on, t.{s}_r, t.{s}_ra, {arrays})")
     return f"""sums AS (
-        SELECT uid, hour, ov, sv, currency, {", ".join(cols)} FROM priced
-        GROUP BY uid, hour, ov, sv, currency
+        SELECT uid, hour, ov, sv, currency, book, {", ".join(cols)} FROM priced
+        GROUP BY uid, hour, ov, sv, currency, book
     ), unpivoted AS (
-        SELECT t.uid, t.hour, t.ov, t.sv, t.currency, v.* FROM sums t CROSS JOIN LATERAL (
+        SELECT t.uid, t.hour, t.ov, t.sv, t.currency, t.book, v.* FROM sums t CROSS JOIN LATERAL (
             VALUES {", ".join(rows)}) v (meter, den, priced, r, ra, ys, yas, lens)
         WHERE v.priced
     )"""
@@ -390,7 +396,7 @@ _EXACT = """
                CASE WHEN s.ys IS NULL THEN 0 ELSE (finops_fraction_sum(s.yas, s.lens)).n END AS fa
         FROM unpivoted s
     ), exact AS (
-        SELECT f.uid, f.hour, f.ov, f.sv, f.currency, f.meter, f.den, f.d,
+        SELECT f.uid, f.hour, f.ov, f.sv, f.currency, f.book, f.meter, f.den, f.d,
                f.r * f.d + f.fq AS q, f.ra * f.d + f.fa AS a
         FROM fractions f
     )
@@ -432,7 +438,7 @@ _USAGE = f"""
            e.currency,
            e.hour < %(scheduled)s::timestamptz AND (%(boundary)s::timestamptz IS NULL
                                        OR e.hour < %(boundary)s::timestamptz),
-           e.ov, e.sv
+           e.ov, e.sv, e.book, NULL::timestamptz, NULL::timestamptz
     FROM divided e
 """
 
@@ -528,6 +534,11 @@ that serialises the charge writes of one cluster; the second key is the cluster'
 _LOCK = "SELECT pg_advisory_xact_lock(%(lock)s, hashtext(%(cluster)s))"
 
 
+def lock(conn: psycopg.Connection[Any], cluster: str) -> None:
+    """Take the cluster's charge lock for the caller's transaction (what every write holds)."""
+    conn.execute(_LOCK.encode(), {"lock": LOCK_CLASS, "cluster": cluster})
+
+
 def _merge(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[int, int]:
     """Delete the stale open rows of the Subscriptions that are not fresh, then merge their
     staged rows: (written, deleted). The caller holds `_LOCK`."""
@@ -563,6 +574,38 @@ def _params(
     }
 
 
+def _prepare(
+    conn: psycopg.Connection[Any],
+    cluster: str,
+    tables: charge_plan.Tables,
+    scheduled: dt.datetime,
+    boundary: dt.datetime | None,
+) -> dict[str, Any]:
+    """Session settings, the run's tables in temporary tables, and the cluster's lock;
+    returns the statements' parameters."""
+    conn.execute(f"SET LOCAL work_mem = '{WORK_MEM}'".encode())
+    # JIT compiling these statements takes seconds (more than running them).
+    conn.execute(b"SET LOCAL jit = off")
+    _load(conn, cluster, tables)
+    params = _params(cluster, tables, scheduled, boundary)
+    conn.execute(_LOCK.encode(), params)
+    return params
+
+
+def _usage_inputs(conn: psycopg.Connection[Any], params: dict[str, Any]) -> None:
+    """The hours' aggregation levels, currencies and PriceBooks and the (Subscription,
+    namespace) pairs the usage statements read; leaves nested loops off until `RESET`."""
+    conn.execute(_LEVELS.encode(), params)
+    conn.execute(_CURRENCIES.encode(), params)
+    conn.execute(_PAIRS.encode(), params)
+    # The hour currencies too: left unanalysed, the planner hashed the usage rows to join
+    # them to the 25 currency rows instead of the other way round.
+    conn.execute(b"ANALYZE charge_levels; ANALYZE charge_pairs; ANALYZE charge_hour_currency")
+    # The planner takes a nested loop over the pairs for cheap (it estimates a few rows a
+    # pair); one hash join of the allocation rows on namespace is what scales.
+    conn.execute(b"SET LOCAL enable_nestloop = off")
+
+
 def write(
     conn: psycopg.Connection[Any],
     *,
@@ -575,27 +618,14 @@ def write(
     Subscription's rows straight into the ledger, the others' staged and merged."""
     if not tables.subscriptions:
         return Written(0, 0, 0)
-    conn.execute(f"SET LOCAL work_mem = '{WORK_MEM}'".encode())
-    # JIT compiling these statements takes seconds (more than running them).
-    conn.execute(b"SET LOCAL jit = off")
-    _load(conn, cluster, tables)
-    params = _params(cluster, tables, scheduled, boundary)
-    conn.execute(_LOCK.encode(), params)
+    params = _prepare(conn, cluster, tables, scheduled, boundary)
     fresh = conn.execute(_FRESH.encode(), params).fetchall()
     touched = {str(uid) for uid, is_fresh in fresh if not is_fresh}
     fresh_fees = _copy_fees(conn, cluster, tables, touched)
     any_fresh = len(touched) < len(fresh)
     written = usage_rows = 0
     if tables.sources and tables.meters:
-        conn.execute(_LEVELS.encode(), params)
-        conn.execute(_CURRENCIES.encode(), params)
-        conn.execute(_PAIRS.encode(), params)
-        # The hour currencies too: left unanalysed, the planner hashed the usage rows to join
-        # them to the 25 currency rows instead of the other way round.
-        conn.execute(b"ANALYZE charge_levels; ANALYZE charge_pairs; ANALYZE charge_hour_currency")
-        # The planner takes a nested loop over the pairs for cheap (it estimates a few rows a
-        # pair); one hash join of the allocation rows on namespace is what scales.
-        conn.execute(b"SET LOCAL enable_nestloop = off")
+        _usage_inputs(conn, params)
         if any_fresh:
             statement = _usage_statement(tables, fresh=True).encode()
             written = conn.execute(statement, {**params, "fresh": True}).rowcount
@@ -611,3 +641,26 @@ def write(
         merged, deleted = _merge(conn, params)
         written += merged
     return Written(written, deleted, usage_rows)
+
+
+def stage(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    tables: charge_plan.Tables,
+    scheduled: dt.datetime,
+) -> int:
+    """Every row the tables' windows produce, into the temporary `charge_stage` only (the
+    ledger is not touched): the hours recomputed as they should be charged now, for the
+    corrections of closed periods to compare with. Returns how many rows were staged."""
+    if not tables.subscriptions:
+        return 0
+    params = _prepare(conn, cluster, tables, scheduled, None)
+    staged = len(tables.fees)
+    _copy_fees(conn, cluster, tables, {uid for uid, *_ in tables.subscriptions})
+    if tables.sources and tables.meters:
+        _usage_inputs(conn, params)
+        statement = _usage_statement(tables, fresh=False).encode()
+        staged += conn.execute(statement, {**params, "fresh": False}).rowcount
+        conn.execute(b"RESET enable_nestloop")
+    return staged

@@ -31,6 +31,9 @@ COLUMNS = (
     "finalized",
     "offering_version_id",
     "subscription_version_id",
+    "pricebook_id",
+    "covers_start",
+    "covers_end",
 )
 _TYPES = (
     "text",
@@ -44,6 +47,9 @@ _TYPES = (
     "boolean",
     "bigint",
     "bigint",
+    "bigint",
+    "timestamptz",
+    "timestamptz",
 )
 _KEY = ("cluster", "subscription_uid", "hour", "source")
 UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
@@ -96,7 +102,11 @@ def upsert(conn: psycopg.Connection[Any], charges: Iterable[Charge]) -> int:
 
 
 def watermarks(
-    conn: psycopg.Connection[Any], *, cluster: str, subscription_uids: Collection[str]
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    subscription_uids: Collection[str],
+    since: dt.datetime | None = None,
 ) -> dict[str, dt.datetime]:
     """Per Subscription, the latest finalized hour with no non-finalized hour before it.
 
@@ -104,13 +114,18 @@ def watermarks(
     holds the watermark back so that hour is recomputed. So does a hole in the fee rows (the
     fee writes one row for every hour, so a missing hour between two of them was removed by
     hand): the watermark stops before it and the next run writes it again. Subscriptions
-    with no finalized charge are absent.
+    with no finalized charge are absent. With `since` (the end of the closed periods), a hole
+    before it does not count: closed hours are never written again (a missing one becomes a
+    correction), so the run resumes in the open periods.
     """
     # MATERIALIZED: each per-Subscription bound is computed once. Right after a first run the
     # table's statistics still say it is empty, and the planner then nested-looped the inlined
     # window aggregate once per charge row (20 s for 3,750 rows instead of milliseconds).
+    # The closed periods' bound only when there is one (an `IS NULL OR` in the query would
+    # hide the index range from the planner).
+    bound = "AND hour >= %(since)s - interval '1 hour'" if since is not None else ""
     rows = conn.execute(
-        """
+        f"""
         WITH open AS MATERIALIZED (
             SELECT subscription_uid, min(hour) AS first_open FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b) AND NOT finalized
@@ -120,7 +135,7 @@ def watermarks(
                    lead(hour) OVER (PARTITION BY subscription_uid ORDER BY hour) AS next_hour
             FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
-              AND source = 'subscription'
+              AND source = 'subscription' {bound}
         ), hole AS MATERIALIZED (
             SELECT subscription_uid, min(hour) AS before_hole FROM fee
             WHERE next_hour > hour + interval '1 hour'
@@ -133,8 +148,8 @@ def watermarks(
           AND c.hour < coalesce(o.first_open, 'infinity')
           AND c.hour <= coalesce(h.before_hole, 'infinity')
         GROUP BY c.subscription_uid
-        """,
-        {"cluster": cluster, "uids": list(subscription_uids)},
+        """.encode(),
+        {"cluster": cluster, "uids": list(subscription_uids), "since": since},
     ).fetchall()
     return {str(uid): hour.astimezone(dt.UTC) for uid, hour in rows}
 

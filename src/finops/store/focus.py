@@ -13,25 +13,47 @@ import datetime as dt
 import itertools
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
-from finops.billing import focus
+from finops.api import bodies
+from finops.billing import focus, periods
+from finops.store import allocations
+from finops.store import periods as store_periods
 
 BATCH = 2000
 
-_SELECT = """
-    SELECT c.cluster, v.namespace, v.name, c.subscription_uid, o.name, c.hour, c.source,
-           c.quantity, c.unit_price_micros, c.amount_micros, c.currency, c.finalized,
-           v.namespace_labels, v.subscription_labels
-    FROM subscription_charges c
+_BOOK_COLUMNS = ", ".join(f"p.{column}" for column in allocations.RATE_COLUMNS.values())
+_COMMON = f"""
+    c.cluster, v.namespace, v.name, c.subscription_uid, o.name, c.hour, c.source,
+    c.quantity, c.unit_price_micros, c.amount_micros, c.currency,
+    v.namespace_labels, v.subscription_labels, o.namespace, o.uid, o.spec,
+    c.covers_start, c.covers_end, p.book_namespace, p.book_name, p.rates_digest, {_BOOK_COLUMNS}
+"""
+_JOINS = """
     JOIN subscription_versions v ON v.id = c.subscription_version_id
     JOIN offering_versions o ON o.id = c.offering_version_id
+    LEFT JOIN pricebooks p ON p.id = c.pricebook_id
+"""
+_CHARGES = f"""
+    SELECT {_COMMON}, c.finalized, NULL::timestamptz, NULL::timestamptz
+    FROM subscription_charges c {_JOINS}
     WHERE c.cluster = %(cluster)s AND c.hour >= %(start)s AND c.hour < %(end)s
+      AND (c.finalized OR %(unsettled)s)
+      AND NOT (c.source = 'subscription' AND c.quantity = 0 AND c.amount_micros = 0)
+"""
+_CORRECTIONS = f"""
+    SELECT {_COMMON}, true, c.booked_in, c.corrects_period
+    FROM charge_corrections c {_JOINS}
+    WHERE c.cluster = %(cluster)s AND c.booked_in >= %(start)s AND c.booked_in < %(end)s
 """
 _ONE_NAMESPACE = " AND v.cluster = %(cluster)s AND v.namespace = %(namespace)s"
 _ORDER = " ORDER BY c.hour, v.namespace, v.name, c.source, c.subscription_uid"
+_CORRECTION_ORDER = (
+    " ORDER BY c.booked_in, c.hour, v.namespace, v.name, c.source, c.subscription_uid,"
+    " c.currency, c.id"
+)
 
 _cursor_ids = itertools.count()
 
@@ -41,10 +63,21 @@ class LedgerReadError(RuntimeError):
 
 
 def _charge(record: tuple[Any, ...]) -> focus.LedgerCharge:
-    cluster, ns, name, uid, offering, hour, source, quantity, price, amount, cur, final = record[
-        :-2
-    ]
-    labels, own = record[-2:]
+    (cluster, ns, name, uid, offering, hour, source, quantity, price, amount, cur) = record[:11]
+    labels, own, off_ns, off_uid, spec, lo, hi, book_ns, book_name, digest = record[11:21]
+    rates = record[21 : 21 + len(allocations.RATE_COLUMNS)]
+    final, booked_in, corrects = record[21 + len(allocations.RATE_COLUMNS) :]
+    book = None
+    if digest is not None:
+        book = focus.PriceList(
+            str(book_ns),
+            str(book_name),
+            str(digest),
+            dict(zip(allocations.RATE_COLUMNS, rates, strict=True)),
+        )
+    booking = None
+    if booked_in is not None:
+        booking = focus.Booking(booked_in.astimezone(dt.UTC), corrects.astimezone(dt.UTC))
     return focus.LedgerCharge(
         cluster=str(cluster),
         namespace=str(ns),
@@ -60,6 +93,12 @@ def _charge(record: tuple[Any, ...]) -> focus.LedgerCharge:
         finalized=bool(final),
         labels=_strings(labels),
         subscription_labels=_strings(own),
+        offering_namespace=str(off_ns),
+        offering_uid=str(off_uid),
+        offering_spec=cast(bodies.OfferingSpec, spec or {}),
+        price_list=book,
+        covers=None if lo is None else (lo.astimezone(dt.UTC), hi.astimezone(dt.UTC)),
+        booking=booking,
     )
 
 
@@ -75,8 +114,11 @@ def charges(
     end: dt.datetime,
     namespace: str | None = None,
     batch: int = BATCH,
+    include_unsettled: bool = False,
 ) -> Iterator[focus.LedgerCharge]:
-    """Charges over hours in [start, end) of one namespace (or all), oldest hour first.
+    """Settled charges over hours in [start, end) of one namespace (or all), oldest hour
+    first, then the corrections booked in periods starting in [start, end). Fee rows of hours
+    that closed no tick are left out; `include_unsettled` adds the hours still in progress.
 
     Rows arrive `batch` at a time from a server-side cursor. Raises `LedgerReadError` for
     a database failure, on the first row or midway.
@@ -84,8 +126,21 @@ def charges(
     for value, what in ((start, "start"), (end, "end")):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(f"{what} must be timezone-aware, got {value!r}")
-    query = _SELECT + (_ONE_NAMESPACE if namespace is not None else "") + _ORDER
-    params = {"cluster": cluster, "start": start, "end": end, "namespace": namespace}
+    one = _ONE_NAMESPACE if namespace is not None else ""
+    params = {
+        "cluster": cluster,
+        "start": start,
+        "end": end,
+        "namespace": namespace,
+        "unsettled": include_unsettled,
+    }
+    for query in (_CHARGES + one + _ORDER, _CORRECTIONS + one + _CORRECTION_ORDER):
+        yield from _stream(conn, query, params, batch)
+
+
+def _stream(
+    conn: psycopg.Connection[Any], query: str, params: dict[str, Any], batch: int
+) -> Iterator[focus.LedgerCharge]:
     try:
         with conn.cursor(name=f"finops_focus_{next(_cursor_ids)}") as cur:
             cur.itersize = batch
@@ -94,3 +149,15 @@ def charges(
                 yield _charge(record)
     except psycopg.Error as exc:
         raise LedgerReadError(str(exc).strip() or type(exc).__name__) from None
+
+
+def period_index(conn: psycopg.Connection[Any], *, cluster: str) -> periods.PeriodIndex:
+    """Where the cluster's hours are invoiced: its closed periods and its calendar."""
+    try:
+        closed = store_periods.closed_periods(conn, cluster=cluster)
+        calendar = store_periods.calendar_of(conn, cluster=cluster)
+    except psycopg.Error as exc:
+        raise LedgerReadError(str(exc).strip() or type(exc).__name__) from None
+    return periods.PeriodIndex(
+        calendar, tuple(periods.Period(p.start, p.end, p.label) for p in closed)
+    )

@@ -315,3 +315,28 @@ def test_hourly_ticks_are_the_hourly_fee_with_the_ticks_each_hour_closes(
         for hour, micros in schedule.hourly(start, end)
     ]
     assert schedule.hourly_ticks(start, end) == expected
+
+
+@pytest.mark.parametrize(
+    ("alignment", "period"),
+    [("ActivatedAt", "90m"), ("ActivatedAt", "1h"), ("HourBoundary", "2"),
+     ("DayBoundary", "1"), ("MonthBoundary", "1")],
+)  # fmt: skip
+def test_hourly_spans_name_the_service_each_hours_ticks_pay_for(
+    alignment: str, period: str
+) -> None:
+    """Each fee row's span runs from the boundary before its ticks (activation for the
+    opening one) to its last boundary, and the batch form agrees with `covered` hour by hour."""
+    spec = fees.FeeSpec(1_000_000, ticks.TickAlignment(alignment), period)
+    activated = dt.datetime(2026, 1, 30, 21, 17, tzinfo=dt.UTC)
+    schedule = spec.schedule(activated, activated + dt.timedelta(days=40))
+    start = dt.datetime(2026, 1, 30, 21, tzinfo=dt.UTC)
+    end = start + dt.timedelta(days=45)
+    spans = schedule.hourly_spans(start, end)
+    assert [(h, c, a) for h, c, a, _ in spans] == schedule.hourly_ticks(start, end)
+    for hour, closed, _, span in spans:
+        before = schedule.billed_ticks(hour)
+        assert span == schedule.covered(before, before + closed)
+        if span is not None:
+            assert span[0] < span[1] and hour < span[1] <= hour + ticks.HOUR
+    assert next(s for *_, s in spans if s is not None)[0] == activated

@@ -13,7 +13,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from finops.billing import focus
+from finops.billing import focus, periods
 
 H = dt.datetime(2026, 12, 31, 23, tzinfo=dt.UTC)
 
@@ -78,6 +78,14 @@ OPTIONAL_1_2 = {
     "SubAccountId": ("Conditional", None),
     "SubAccountName": ("Conditional", None),
     "Tags": ("Conditional", None),
+    "ContractedUnitPrice": ("Conditional", None),
+    "InvoiceId": ("Recommended", None),
+    "ListUnitPrice": ("Conditional", None),
+    "ServiceSubcategory": ("Recommended", None),
+    "SkuId": ("Conditional", None),
+    "SkuMeter": ("Conditional", None),
+    "SkuPriceDetails": ("Conditional", None),
+    "SkuPriceId": ("Conditional", None),
 }
 DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 CURRENCY = re.compile(r"^[A-Z]{3}$")
@@ -141,12 +149,16 @@ def test_a_fee_is_a_recurring_purchase_and_a_meter_a_usage_based_usage() -> None
     assert paid["PricingQuantity"] == Decimal(1)
 
 
-def test_money_is_the_exact_micros_in_every_cost_column() -> None:
+def test_money_is_the_exact_micros_and_list_cost_the_exact_product() -> None:
     row = focus.row(charge(amount_micros=3_827))
-    for name in ("BilledCost", "EffectiveCost", "ListCost", "ContractedCost"):
+    for name in ("BilledCost", "EffectiveCost"):
         assert row[name] == Decimal("0.003827")
         assert str(row[name]) == "0.003827"
     assert row["x_UnitPrice"] == Decimal("0.031000")
+    # A row whose PriceBook was not recorded is listed at its stored unit price.
+    assert row["ListUnitPrice"] == row["ContractedUnitPrice"] == Decimal("0.031000")
+    assert row["ListCost"] == Decimal("0.031000") * Decimal("0.123456789012")
+    assert abs(row["ListCost"] - row["BilledCost"]) < Decimal("0.000001")  # type: ignore[operator]
     assert focus.units(2**63 - 1) == Decimal("9223372036854.775807")
     assert focus.text(focus.units(0)) == "0.000000"
 
@@ -240,3 +252,120 @@ def test_billed_cost_sums_to_the_ledger_micros_exactly(amounts: list[int]) -> No
     total = sum((r["BilledCost"] for r in rows), Decimal(0))
     assert isinstance(total, Decimal)
     assert total.scaleb(6) == sum(amounts)
+
+
+DAILY = {
+    "pricing": {
+        "subscriptionFee": {
+            "priceMicros": 12_000_000,
+            "tickAlignment": "DayBoundary",
+            "period": "1",
+        },
+        "resourcePricing": [
+            {"name": "cpuHour", "margins": {"factorMilli": 1200}},
+            {"name": "ramGbHour", "margins": {"absoluteMicros": 500}},
+        ],
+    }
+}
+BOOK = focus.PriceList("p", "onprem", "ab" * 32, {"cpuHour": 31_000, "ramGbHour": 4_000})
+DAY = (dt.datetime(2026, 12, 31, tzinfo=dt.UTC), dt.datetime(2027, 1, 1, tzinfo=dt.UTC))
+
+
+def priced(source: str = "cpuHour", **extra: object) -> focus.LedgerCharge:
+    fields: dict[str, object] = {
+        "offering_spec": DAILY,
+        "offering_namespace": "catalog",
+        "offering_uid": "off-uid",
+        "price_list": BOOK,
+    }
+    fields.update(extra)
+    return charge(source, **fields)
+
+
+def test_a_fee_row_pays_for_its_period_in_the_periods_unit() -> None:
+    row = focus.row(
+        priced(
+            "subscription",
+            quantity=Decimal(1),
+            unit_price_micros=12_000_000,
+            amount_micros=12_000_000,
+            covers=DAY,
+            price_list=None,
+        )
+    )
+    assert (row["ChargePeriodStart"], row["ChargePeriodEnd"]) == DAY
+    assert (row["PricingUnit"], row["PricingQuantity"]) == ("Day", Decimal(1))
+    assert row["ListUnitPrice"] == row["ContractedUnitPrice"] == Decimal("12.000000")
+    assert row["ListCost"] == row["BilledCost"] == Decimal("12.000000")
+    assert row["SkuMeter"] == "Subscription Fee"
+    assert row["SkuPriceDetails"] == {"x_Period": "1", "x_TickAlignment": "DayBoundary"}
+
+
+def test_a_prorated_opening_tick_is_a_share_of_a_period_priced_exactly() -> None:
+    row = focus.row(
+        priced(
+            "subscription",
+            quantity=Decimal(1),
+            unit_price_micros=12_000_000,
+            amount_micros=1_846_111,
+            covers=DAY,
+            price_list=None,
+        )
+    )
+    assert row["PricingQuantity"] == Decimal("0.153842583333")
+    assert row["ListCost"] == Decimal("12.000000") * Decimal("0.153842583333")
+    assert abs(row["ListCost"] - row["BilledCost"]) < Decimal("0.000001")  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("alignment", "period", "unit"),
+    [
+        ("HourBoundary", "1", "Hour"),
+        ("HourBoundary", "6", "6 Hours"),
+        ("DayBoundary", "7", "7 Days"),
+        ("MonthBoundary", "3", "3 Months"),
+        ("ActivatedAt", "90m", "90 Minutes"),
+        ("ActivatedAt", "1h", "Hour"),
+        ("ActivatedAt", "3600s", "3600 Seconds"),
+    ],
+)
+def test_fee_units_name_the_period(alignment: str, period: str, unit: str) -> None:
+    spec = focus.fees.FeeSpec(1, focus.ticks.TickAlignment(alignment), period)
+    assert focus.fee_unit(spec) == unit
+
+
+def test_usage_lists_the_pricebook_rate_and_contracts_the_margined_one() -> None:
+    cpu = focus.row(priced(quantity=Decimal("2.5"), unit_price_micros=37_200, amount_micros=93_000))
+    assert cpu["ListUnitPrice"] == Decimal("0.031000")
+    assert cpu["ContractedUnitPrice"] == Decimal("0.037200000")
+    assert cpu["ListCost"] == Decimal("0.0775")
+    assert cpu["ContractedCost"] == cpu["BilledCost"] == Decimal("0.093")
+    ram = focus.row(priced("ramGbHour", quantity=Decimal(2), unit_price_micros=4_500))
+    assert ram["ContractedUnitPrice"] == Decimal("0.004500000")
+    assert cpu["SkuId"] == "catalog/platform-base/cpuHour"
+    assert cpu["SkuPriceId"] == "catalog/platform-base/cpuHour@off-uid/" + "ab" * 6
+    assert cpu["SkuPriceDetails"] == {
+        "x_MarginFactorMilli": "1200",
+        "x_PriceBook": "p/onprem",
+        "x_PriceBookRatesVersion": "ab" * 6,
+    }
+
+
+def test_a_correction_is_billed_in_the_period_it_is_booked_in() -> None:
+    march = periods.Period(
+        dt.datetime(2026, 12, 1, tzinfo=dt.UTC), dt.datetime(2027, 1, 1, tzinfo=dt.UTC), "2026-12"
+    )
+    index = periods.PeriodIndex(periods.Calendar(), (march,))
+    booking = focus.Booking(march.end, march.start)
+    row = focus.row(
+        priced(amount_micros=-3_827, quantity=Decimal("-0.1"), booking=booking), index=index
+    )
+    assert row["ChargeClass"] == "Correction"
+    assert row["BillingPeriodStart"] == march.end
+    assert row["ChargePeriodStart"] == H
+    assert row["BilledCost"] == Decimal("-0.003827")
+    assert row["x_CorrectedInvoiceId"] == periods.invoice_id(
+        "prod-eu", "team-a", march.start, "2026-12"
+    )
+    assert str(row["InvoiceId"]).startswith("INV-2027-01-")
+    assert focus.problems(row) == []

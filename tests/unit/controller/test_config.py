@@ -88,3 +88,16 @@ def test_the_job_image_pull_policy_is_read_when_set(value: str | None, policy: s
 def test_an_unknown_job_image_pull_policy_is_refused_by_name(value: str) -> None:
     with pytest.raises(config.ConfigError, match="OPERATOR_IMAGE_PULL_POLICY"):
         config.from_env({**FULL, "OPERATOR_IMAGE_PULL_POLICY": value})
+
+
+def test_billing_period_settings_are_checked_at_start_and_kept_for_the_charge_jobs() -> None:
+    assert config.from_env(FULL).billing_env == ()
+    env = {**FULL, "FINOPS_BILLING_TIME_ZONE": " Europe/Berlin ", "FINOPS_PERIOD_GRACE_HOURS": "6"}
+    assert config.from_env(env).billing_env == (
+        ("FINOPS_BILLING_TIME_ZONE", "Europe/Berlin"),
+        ("FINOPS_PERIOD_GRACE_HOURS", "6"),
+    )
+    with pytest.raises(config.ConfigError, match="FINOPS_BILLING_TIME_ZONE 'Asia/Kolkata'"):
+        config.from_env({**FULL, "FINOPS_BILLING_TIME_ZONE": "Asia/Kolkata"})
+    with pytest.raises(config.ConfigError, match="FINOPS_PERIOD_GRACE_HOURS"):
+        config.from_env({**FULL, "FINOPS_PERIOD_GRACE_HOURS": "a day"})

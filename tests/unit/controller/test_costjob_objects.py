@@ -131,3 +131,14 @@ def test_the_loader_pulls_as_the_manager_says_or_as_kubernetes_defaults() -> Non
     assert "imagePullPolicy" not in container(SETTINGS)
     never = dataclasses.replace(SETTINGS, operator_image_pull_policy="Never")
     assert container(never)["imagePullPolicy"] == "Never"
+
+
+def test_charge_jobs_get_the_billing_period_settings_and_allocation_jobs_do_not() -> None:
+    billing = (("FINOPS_BILLING_TIME_ZONE", "Europe/Berlin"), ("FINOPS_PERIOD_GRACE_HOURS", "6"))
+    s = dataclasses.replace(SETTINGS, billing_env=billing)
+    charges = env_of(costjob.desired_cronjob(cj({"type": "SubscriptionChargeCollection"}), s))
+    assert {n: charges[n]["value"] for n, _ in billing} == dict(billing)
+    allocations = env_of(costjob.desired_cronjob(cj(), s))
+    assert not {n for n, _ in billing} & set(allocations)
+    unset = env_of(costjob.desired_cronjob(cj({"type": "SubscriptionChargeCollection"}), SETTINGS))
+    assert "FINOPS_BILLING_TIME_ZONE" not in unset
