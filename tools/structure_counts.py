@@ -130,7 +130,8 @@ def count(repo: pathlib.Path) -> dict[str, list[str]]:
         text = path.read_text()
         lines += len(text.splitlines())
         any_lines += [
-            f"{path.relative_to(repo)}:{n}" for n, line in enumerate(text.splitlines(), 1)
+            f"{path.relative_to(repo)}:{n}"
+            for n, line in enumerate(text.splitlines(), 1)
             if ANY.search(line)
         ]
         trees[module_name(src, path)] = ast.parse(text)
@@ -180,9 +181,11 @@ def count(repo: pathlib.Path) -> dict[str, list[str]]:
     pyproject = tomllib.loads((repo / "pyproject.toml").read_text())
     for target in pyproject["project"].get("scripts", {}).values():
         roots |= set(string_references(target, defs))
-    roots |= set(string_references((repo / "Dockerfile").read_text(), defs)) if (
-        repo / "Dockerfile"
-    ).exists() else set()
+    roots |= (
+        set(string_references((repo / "Dockerfile").read_text(), defs))
+        if (repo / "Dockerfile").exists()
+        else set()
+    )
 
     reached = set()
     todo = list(roots)

@@ -13,8 +13,9 @@ import pytest
 from finops.billing import forecast
 from finops.collection import budgets
 from finops.store import budgets as store
-from finops.store import charges
 from tests.db import builders
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
 CLUSTER = builders.CLUSTER
 APRIL = (dt.datetime(2026, 4, 1, tzinfo=dt.UTC), dt.datetime(2026, 5, 1, tzinfo=dt.UTC))
@@ -110,7 +111,7 @@ class TestSums:
     ) -> None:
         o, v = builders.offering_version(conn), builders.subscription_version(conn, uid="s-1")
         rows = [
-            charges.Charge(
+            charge_rows.ChargeRow(
                 CLUSTER,
                 "s-1",
                 APRIL[0] + n * HOUR,
@@ -130,7 +131,7 @@ class TestSums:
                 ("ramGbHour", 3, "EUR"),
             )
         ]
-        charges.upsert(conn, rows)
+        oracle_ledger.upsert(conn, rows)
         window = {"start": APRIL[0] + HOUR, "end": APRIL[0] + 4 * HOUR}
         got = store.sums(conn, cluster=CLUSTER, subscription_uids=["s-1", "s-9"], **window)
         assert got == {"s-1": {"USD": 3 * 1007, "EUR": 9}}

@@ -633,8 +633,3 @@ KINDS: tuple[type[_Object], ...] = (
     Budget,
 )
 BY_KIND: dict[str, type[_Object]] = {k.kind_name: k for k in KINDS}
-
-
-def parse(obj: dict[str, Any]) -> _Object:
-    """Parse a raw object body into the model of its kind (KeyError for an unknown kind)."""
-    return BY_KIND[str(obj.get("kind"))].model_validate(obj)

@@ -29,7 +29,7 @@ Granularity = models.Granularity
 
 
 class SettledCharge(Protocol):
-    """A usage charge row as read back from the ledger or computed by `usage.usage_charges`."""
+    """A usage charge row as read back from the ledger or computed by the usage meters."""
 
     @property
     def hour(self) -> dt.datetime: ...

@@ -474,25 +474,3 @@ def json_chunks(rows: Iterable[Mapping[str, Value]]) -> Iterator[str]:
         yield sep + json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         sep = ","
     yield "]\n"
-
-
-def problems(r: Mapping[str, Value]) -> list[str]:
-    """What in a row breaks the column table: missing columns, nulls, types, allowed values."""
-    found = [f"{name}: missing" for name in NAMES if name not in r]
-    for column in COLUMNS:
-        value = r.get(column.name)
-        if value is None:
-            if not column.nullable and column.name in r:
-                found.append(f"{column.name}: null, but the column does not allow nulls")
-            continue
-        expected: type | tuple[type, ...] = {
-            DataType.DECIMAL: Decimal,
-            DataType.STRING: str,
-            DataType.DATETIME: dt.datetime,
-            DataType.JSON: dict,
-        }[column.data_type]
-        if not isinstance(value, expected):
-            found.append(f"{column.name}: {type(value).__name__}, not {column.data_type}")
-        elif column.allowed and value not in column.allowed:
-            found.append(f"{column.name}: {value!r} is not an allowed value")
-    return found

@@ -10,7 +10,7 @@ lower-case, e.g. `deployment`), and `name` is then the controller name.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from finops.api import bodies, models
@@ -61,15 +61,3 @@ def from_subscription_spec(spec: bodies.SubscriptionSpec) -> tuple[UsageSource, 
     """The usage sources of a Subscription's `spec` (none when the field is absent)."""
     entries: Sequence[bodies.UsageSource] = spec.get("usageSources") or ()
     return tuple(UsageSource.from_dict(entry) for entry in entries)
-
-
-def matches_any(sources: Iterable[UsageSource], row: allocation.AllocationRow) -> bool:
-    """True when at least one entry selects the row (entries add, OR)."""
-    return any(source.matches(row) for source in sources)
-
-
-def select(
-    sources: Sequence[UsageSource], rows: Iterable[allocation.AllocationRow]
-) -> list[allocation.AllocationRow]:
-    """The rows the sources select, each once however many entries match it, in input order."""
-    return [row for row in rows if matches_any(sources, row)]

@@ -24,8 +24,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-from collections.abc import Iterable, Mapping, Sequence
-from decimal import Decimal
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from finops.api import bodies, reasons, views
@@ -40,14 +39,6 @@ QUANTITY_PLACES = 12
 
 class TermsError(ValueError):
     """A Subscription or Offering whose billing terms cannot be read; the Subscription is held."""
-
-
-def parse_time(value: object) -> dt.datetime | None:
-    """An RFC 3339 status timestamp as aware UTC; None when absent."""
-    try:
-        return views.parse_time(value)
-    except views.TimestampError as exc:
-        raise TermsError(str(exc)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,93 +170,6 @@ def charge_window(
     if last is not None:
         end = min(end, last + HOUR)
     return (start, end) if start < end else None
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedCharge:
-    """One charge row before the run stamps cluster, currency and version ids on it."""
-
-    hour: dt.datetime
-    source: str
-    quantity: Decimal
-    unit_price_micros: int
-    amount_micros: int
-    finalized: bool
-    covers: tuple[dt.datetime, dt.datetime] | None = None
-    """A fee row's service period (see `fees.FeeSchedule.covered`)."""
-
-
-def fee_charges(
-    fee: fees.FeeSchedule, window: tuple[dt.datetime, dt.datetime], scheduled: dt.datetime
-) -> list[PlannedCharge]:
-    """One `subscription` row per hour of the window, zero hours included.
-
-    The quantity is the number of tick boundaries the hour closes and the unit price is
-    `priceMicros`; the amount is the fee's own (a prorated opening tick costs less than one
-    unit price). Hours before the scheduled hour are final; the fee needs no allocations.
-    """
-    anchor = ticks.floor_hour(scheduled)
-    rows: list[PlannedCharge] = []
-    for hour, amount in fee.hourly(*window):
-        before, after = fee.billed_ticks(hour), fee.billed_ticks(hour + HOUR)
-        rows.append(
-            PlannedCharge(
-                hour=hour,
-                source=usage.Meter.SUBSCRIPTION.value,
-                quantity=Decimal(after - before),
-                unit_price_micros=fee.spec.price_micros,
-                amount_micros=amount,
-                finalized=hour < anchor,
-                covers=fee.covered(before, after),
-            )
-        )
-    return rows
-
-
-def usage_final(hour: dt.datetime, scheduled: dt.datetime, boundary: dt.datetime | None) -> bool:
-    """A usage hour is final once it is before the scheduled hour and before the allocation
-    boundary (the earliest hour whose allocations may still change)."""
-    return hour < ticks.floor_hour(scheduled) and (boundary is None or hour < boundary)
-
-
-def usage_rows(
-    terms: Terms,
-    rows: Iterable[usage.PricedRow],
-    window: tuple[dt.datetime, dt.datetime],
-    scheduled: dt.datetime,
-    boundary: dt.datetime | None,
-) -> list[PlannedCharge]:
-    """One row per (hour, meter) of the window that measured something, via the billing core."""
-    if not terms.bills_usage:
-        return []
-    start, end = window
-    inside = [r for r in rows if start <= r.row.hour < end]
-    return [
-        PlannedCharge(
-            hour=charge.hour,
-            source=charge.source,
-            quantity=charge.quantity_decimal(QUANTITY_PLACES),
-            unit_price_micros=charge.unit_price_micros(),
-            amount_micros=charge.amount_micros,
-            finalized=usage_final(charge.hour, scheduled, boundary),
-        )
-        for charge in usage.usage_charges(terms.pricing, terms.sources, inside, terms.interval)
-    ]
-
-
-def plan_charges(
-    terms: Terms,
-    window: tuple[dt.datetime, dt.datetime] | None,
-    rows: Iterable[usage.PricedRow],
-    scheduled: dt.datetime,
-    boundary: dt.datetime | None,
-) -> list[PlannedCharge]:
-    """Every row one Subscription's window produces: fee rows, then usage rows."""
-    if window is None:
-        return []
-    planned = [] if terms.fee is None else fee_charges(terms.fee, window, scheduled)
-    planned.extend(usage_rows(terms, rows, window, scheduled, boundary))
-    return planned
 
 
 # ---------------------------------------------------------------- status.costs

@@ -81,8 +81,3 @@ def namespace(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     kept = {k: meta[k] for k in ("name", "resourceVersion", "labels") if k in meta}
     return {"metadata": interned(kept)}
-
-
-def unchanged(obj: dict[str, Any]) -> dict[str, Any]:
-    """The whole object (what a store keeps without a projection)."""
-    return obj

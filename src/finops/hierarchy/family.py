@@ -131,37 +131,5 @@ def coverage_message(required: refs.Key) -> str:
     return f"required offering {required} not covered by an active subscription in the family"
 
 
-def members_from(objs: Iterable[Mapping[str, Any]]) -> Members:
-    """A family index over a snapshot of Subscriptions (what the controller keeps live)."""
-    index: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
-    for obj in objs:
-        root = root_of(obj)
-        if root:
-            index[root].append(obj)
-
-    def members(root: str) -> list[Mapping[str, Any]]:
-        return list(index.get(root, ()))
-
-    return members
-
-
 Children = Callable[[refs.Key], Iterable[Mapping[str, Any]]]
 """The Subscriptions whose `spec.parent` names the given key (the parent index)."""
-
-
-def children_from(objs: Iterable[Mapping[str, Any]]) -> Children:
-    """A parent index over a snapshot of Subscriptions.
-
-    The family index alone cannot wake a child waiting on its parent: stamping follows the
-    parent gate, so such a child carries no root yet and belongs to no family.
-    """
-    index: dict[refs.Key, list[Mapping[str, Any]]] = collections.defaultdict(list)
-    for obj in objs:
-        up = parent_key(obj)
-        if up is not None:
-            index[up].append(obj)
-
-    def children(key: refs.Key) -> list[Mapping[str, Any]]:
-        return list(index.get(key, ()))
-
-    return children

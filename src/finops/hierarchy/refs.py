@@ -83,11 +83,5 @@ def timestamp(now: dt.datetime) -> str:
     return conditions.rfc3339(now)
 
 
-def lookup_from(objs: Iterable[Mapping[str, Any]]) -> Lookup:
-    """A lookup over a snapshot of objects (a cache, or a test's cluster)."""
-    table = {key_of(o): o for o in objs}
-    return table.get
-
-
 def joined(keys: Iterable[Key]) -> str:
     return ", ".join(str(k) for k in keys)

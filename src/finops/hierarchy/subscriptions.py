@@ -594,14 +594,6 @@ def fanout(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> Fano
     return None
 
 
-def is_routine_status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
-    """An update that changed only status, and not the activation state: no fan-out, and
-    nothing for this object's own reconciler to do either."""
-    if old is None or new is None:
-        return False
-    return fanout(old, new) is None and refs.generation_of(old) == refs.generation_of(new)
-
-
 def requeue(change: Fanout, members: family.Members, children: family.Children) -> set[refs.Key]:
     """The keys a fan-out reaches through the two indexes."""
     found = {refs.key_of(m) for m in members(change.root)} if change.root else set()

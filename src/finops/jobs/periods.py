@@ -103,7 +103,7 @@ def _correct(
     again = [
         b for b in billed if b.sub.uid in plan.windows and b.sub.uid in inputs.versions.offering
     ]
-    truth = dataclasses.replace(inputs, boundary=None, windows=plan.windows, priced=())
+    truth = dataclasses.replace(inputs, boundary=None, windows=plan.windows)
     tables = charge_plan.tables(again, truth, scheduled)
     charge_sql.stage(conn, cluster=cluster, tables=tables, scheduled=scheduled)
     return store_periods.book_corrections(

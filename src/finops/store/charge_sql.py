@@ -8,8 +8,8 @@ per (Subscription, hour) with the run's meters side by side (a grouping per mete
 fifth more), and rounds once per charge row, half to even (`finops_half_even`, migration
 0003). The rare rows a Subscription's active interval trims for `pvGbHour` / `networkGb`
 have shares that are not finite decimals; they are summed as exact fractions
-(`finops_fraction_sum`). The result must equal `finops.billing.usage.usage_charges` (the
-`Fraction` oracle) to the micro: a property test holds both to it.
+(`finops_fraction_sum`). The result must equal `tests/oracle/usage.py` (the exact Python
+oracle) to the micro: a property test holds both to it.
 
 One unit of work (the caller's transaction), under an advisory lock that serialises the
 cluster's charge writes: the run's tables go to temporary tables by binary COPY
@@ -175,7 +175,7 @@ def _copy_fees(
     return len(fresh)
 
 
-# The finest aggregation of each hour of the usage windows (as `charge_inputs._FINEST`).
+# The finest aggregation of each hour of the usage windows (most dimensions, then by name).
 _LEVELS = """
     INSERT INTO charge_levels
     WITH bounds AS (
@@ -279,7 +279,7 @@ _SIGNALS = {
 class _Meter:
     """How the aggregate prices one meter: the span signal it reads, its PriceBook rate,
     whether a trimmed span's share of it is an exact fraction (the per-row meters), and the
-    parameter holding its fixed denominator (`usage._DENOMINATOR`)."""
+    parameter holding its fixed denominator (as the oracle in `tests/oracle/usage.py` keeps it)."""
 
     signal: str
     rate: str
@@ -295,7 +295,7 @@ _METERS = {
     "networkGb": _Meter("net", "network_gib_micros", True, "gib"),
 }
 
-# Coverage of each span as `usage._coverage` measures it, in microseconds (epochs are exact
+# Coverage of each span as the usage rules measure it, in microseconds (epochs are exact
 # numerics); `w` weighs the per-hour meters (an instant row weighs nothing); spans with no
 # part in the active interval are not billed. The test is a CASE (len is never negative), not
 # `(len > 0 AND cov > 0) OR (len = 0 AND instant_in)`: from that OR the planner derived a

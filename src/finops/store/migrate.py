@@ -133,14 +133,6 @@ def apply(
     return applied_now
 
 
-def applied_versions(conn: psycopg.Connection[Any]) -> list[int]:
-    """Versions recorded in `schema_migrations`, ascending (empty before the first run)."""
-    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
-    if not exists or not exists[0]:
-        return []
-    return sorted(_applied(conn))
-
-
 def _applied(conn: psycopg.Connection[Any]) -> dict[int, str]:
     # In its own block: an implicit transaction left open here would turn every migration
     # after it into a savepoint of that transaction.

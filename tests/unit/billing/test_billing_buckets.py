@@ -9,6 +9,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.oracle import usage as oracle_usage
 
 from finops.billing import buckets, fees, money, ticks, usage
 
@@ -125,7 +126,7 @@ class TestUsage:
         assert [m.name for m in day.breakdown] == ["subscription", "cpuHour", "ramGbHour"]
 
     def test_charges_from_the_usage_calculator_can_be_passed_directly(self) -> None:
-        charge = usage.UsageCharge(
+        charge = oracle_usage.UsageCharge(
             self.SCHEDULED, usage.Meter.GPU_HOUR, Fraction(1), Fraction(9), money.Micros(9), 1
         )
         (hour, _, _) = buckets.build(self.SCHEDULED, None, [charge])

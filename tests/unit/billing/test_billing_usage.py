@@ -14,6 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.fixtures import opencost as opencost_fixtures
+from tests.oracle import usage as oracle_usage
 
 from finops.billing import allocation, money, sources, ticks, usage
 
@@ -69,11 +70,11 @@ def charges(
     activated: dt.datetime = H10 - dt.timedelta(days=1),
     deactivated: dt.datetime | None = None,
     selected: tuple[sources.UsageSource, ...] = ACME,
-) -> dict[str, usage.UsageCharge]:
-    result = usage.usage_charges(
+) -> dict[str, oracle_usage.UsageCharge]:
+    result = oracle_usage.usage_charges(
         pricing,
         selected,
-        [usage.PricedRow(r, rates) for r in rows],
+        [oracle_usage.PricedRow(r, rates) for r in rows],
         usage.ActiveInterval(activated, deactivated),
     )
     return {c.source: c for c in result}
@@ -246,12 +247,12 @@ class TestChargeRows:
         )
         one = row(name="acme/a", cpu_core_usage_average=Decimal("1"))
         two = row(name="acme/b", cpu_core_usage_average=Decimal("2"))
-        result = usage.usage_charges(
+        result = oracle_usage.usage_charges(
             pricing,
             ACME,
             [
-                usage.PricedRow(one, usage.Rates(cpu_hour=31_000)),
-                usage.PricedRow(two, usage.Rates(cpu_hour=62_000)),
+                oracle_usage.PricedRow(one, usage.Rates(cpu_hour=31_000)),
+                oracle_usage.PricedRow(two, usage.Rates(cpu_hour=62_000)),
             ],
             usage.ActiveInterval(H10),
         )
@@ -275,8 +276,11 @@ class TestChargeRows:
         pricing = usage.UsagePricing(
             (usage.MeterPrice(usage.Meter.RAM_GB_HOUR), usage.MeterPrice(usage.Meter.CPU_HOUR))
         )
-        result = usage.usage_charges(
-            pricing, ACME, [usage.PricedRow(r, BOOK) for r in rows], usage.ActiveInterval(H10)
+        result = oracle_usage.usage_charges(
+            pricing,
+            ACME,
+            [oracle_usage.PricedRow(r, BOOK) for r in rows],
+            usage.ActiveInterval(H10),
         )
         assert [(c.hour, c.source) for c in result] == [
             (H10, "cpuHour"),
@@ -331,10 +335,10 @@ def test_usage_charges_are_never_negative_and_round_the_exact_sum_once(
     pricing = usage.UsagePricing(
         (usage.MeterPrice(usage.Meter.CPU_HOUR, usage.Margin(factor_milli=factor)),)
     )
-    result = usage.usage_charges(
+    result = oracle_usage.usage_charges(
         pricing,
         ACME,
-        [usage.PricedRow(r, usage.Rates(cpu_hour=rate)) for r in rows],
+        [oracle_usage.PricedRow(r, usage.Rates(cpu_hour=rate)) for r in rows],
         usage.ActiveInterval(H10 + dt.timedelta(seconds=activated_s)),
     )
     expected = Fraction(0)
@@ -413,12 +417,12 @@ class TestRealCaptures:
         server = [
             sources.UsageSource("Deployment", "prometheus-server", "prometheus-system"),
         ]
-        (picked,) = sources.select(server, controller_rows)
+        (picked,) = oracle_usage.select(server, controller_rows)
         seconds = (picked.end - picked.start) // dt.timedelta(seconds=1)
-        result = usage.usage_charges(
+        result = oracle_usage.usage_charges(
             EVERYTHING,
             server,
-            [usage.PricedRow(r, BOOK) for r in controller_rows],
+            [oracle_usage.PricedRow(r, BOOK) for r in controller_rows],
             usage.ActiveInterval(picked.start - dt.timedelta(hours=1)),
         )
         got = {c.source: c.amount_micros for c in result}
@@ -441,25 +445,28 @@ class TestRealCaptures:
         # (allowing for OpenCost's five-decimal rounding of cpuCoreHours).
         everything = [sources.UsageSource(namespace=r.namespace) for r in controller_rows]
         for r in controller_rows:
-            share = usage.RowShare.of(r, usage.ActiveInterval(r.start))
+            share = oracle_usage.RowShare.of(r, usage.ActiveInterval(r.start))
             assert share is not None
-            billed = usage.meter_quantity(usage.Meter.CPU_HOUR, r, share)
+            billed = oracle_usage.meter_quantity(usage.Meter.CPU_HOUR, r, share)
             assert billed <= Fraction(r.cpu_core_hours) + Fraction(1, 10**5)
-        assert sources.select(everything, controller_rows) == controller_rows
+        assert oracle_usage.select(everything, controller_rows) == controller_rows
 
     def test_a_mid_row_activation_bills_the_covered_share(
         self, controller_rows: list[allocation.AllocationRow]
     ) -> None:
         fixed = [sources.UsageSource("Deployment", "fixed", "oc-test")]
-        (picked,) = sources.select(fixed, controller_rows)
+        (picked,) = oracle_usage.select(fixed, controller_rows)
         pricing = usage.UsagePricing((usage.MeterPrice(usage.Meter.RAM_GB_HOUR),))
-        whole = usage.usage_charges(
-            pricing, fixed, [usage.PricedRow(picked, BOOK)], usage.ActiveInterval(picked.start)
-        )
-        later = usage.usage_charges(
+        whole = oracle_usage.usage_charges(
             pricing,
             fixed,
-            [usage.PricedRow(picked, BOOK)],
+            [oracle_usage.PricedRow(picked, BOOK)],
+            usage.ActiveInterval(picked.start),
+        )
+        later = oracle_usage.usage_charges(
+            pricing,
+            fixed,
+            [oracle_usage.PricedRow(picked, BOOK)],
             usage.ActiveInterval(picked.start + dt.timedelta(seconds=60)),
         )
         span = (picked.end - picked.start) // dt.timedelta(seconds=1)

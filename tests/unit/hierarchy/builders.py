@@ -190,11 +190,7 @@ class Cluster:
             return
         snapshot = list(self.subs.values())
         self.queue.extend(
-            sorted(
-                subscriptions.requeue(
-                    change, family.members_from(snapshot), family.children_from(snapshot)
-                )
-            )
+            sorted(subscriptions.requeue(change, members_from(snapshot), children_from(snapshot)))
         )
 
     def target_of(self, sub: Mapping[str, Any]) -> subscriptions.TargetObserved:
@@ -214,7 +210,7 @@ class Cluster:
             obj,
             offering=self.offerings.get(offering_key) if offering_key else None,
             lookup=self.subs.get,
-            members=family.members_from(list(self.subs.values())),
+            members=members_from(list(self.subs.values())),
             target=self.target_of(obj),
             now=self.now,
         )
@@ -234,3 +230,54 @@ class Cluster:
 
     def sub(self, name: str) -> dict[str, Any]:
         return self.subs[refs.Key(NS, name)]
+
+
+# Indexes over a snapshot of objects (the controller keeps live ones in its watch caches).
+
+
+def lookup_from(objs: Iterable[Mapping[str, Any]]) -> refs.Lookup:
+    """A lookup over a snapshot of objects (a cache, or a test's cluster)."""
+    table = {refs.key_of(o): o for o in objs}
+    return table.get
+
+
+def members_from(objs: Iterable[Mapping[str, Any]]) -> family.Members:
+    """A family index over a snapshot of Subscriptions (what the controller keeps live)."""
+    index: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for obj in objs:
+        root = family.root_of(obj)
+        if root:
+            index[root].append(obj)
+
+    def members(root: str) -> list[Mapping[str, Any]]:
+        return list(index.get(root, ()))
+
+    return members
+
+
+def children_from(objs: Iterable[Mapping[str, Any]]) -> family.Children:
+    """A parent index over a snapshot of Subscriptions.
+
+    The family index alone cannot wake a child waiting on its parent: stamping follows the
+    parent gate, so such a child carries no root yet and belongs to no family.
+    """
+    index: dict[refs.Key, list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for obj in objs:
+        up = family.parent_key(obj)
+        if up is not None:
+            index[up].append(obj)
+
+    def children(key: refs.Key) -> list[Mapping[str, Any]]:
+        return list(index.get(key, ()))
+
+    return children
+
+
+def is_routine_status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """An update that changed only status, and not the activation state: no fan-out, and
+    nothing for this object's own reconciler to do either."""
+    if old is None or new is None:
+        return False
+    return subscriptions.fanout(old, new) is None and refs.generation_of(old) == refs.generation_of(
+        new
+    )

