@@ -31,8 +31,8 @@ from psycopg.types.json import Jsonb
 from tests.oracle import ledger as oracle_ledger
 
 from finops.billing import allocation
-from finops.devenv import postgres
 from finops.store import allocations, migrate
+from finops_devenv import postgres
 
 START = dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
 FIELDS = [f.name for f in dataclasses.fields(allocation.AllocationRow)]

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from finops.billing import allocation
-from finops.devenv import postgres
 from finops.opencost import fastparse, parse
 from finops.store import allocations, migrate
+from finops_devenv import postgres
 from tests.db import builders
 from tests.db.builders import alloc, hour
 from tests.oracle import ledger as oracle_ledger

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from finops.devenv import postgres
 from finops.store import migrate, pool
+from finops_devenv import postgres
 from tests.db import builders
 
 

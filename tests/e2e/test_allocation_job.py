@@ -21,9 +21,9 @@ from tests.e2e import _support
 from tests.e2e._support import active_book
 from tests.oracle import ledger as oracle_ledger
 
-from finops.devenv import controlplane
-from finops.devenv import opencost_replay as replay
 from finops.jobs import allocations as job
+from finops_devenv import controlplane
+from finops_devenv import opencost_replay as replay
 
 SCHEDULED = "2026-10-03T10:20:00Z"
 HOUR10 = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)

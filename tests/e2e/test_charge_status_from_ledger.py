@@ -26,8 +26,8 @@ from tests.e2e.test_charge_job import (
     subscription,
 )
 
-from finops.devenv import controlplane
 from finops.jobs import charges as job
+from finops_devenv import controlplane
 
 PRICE = 1_000_000
 

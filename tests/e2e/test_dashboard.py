@@ -23,8 +23,8 @@ from tests.e2e import test_gateway as gateway_setup
 from tests.oracle import charge_rows
 from tests.oracle import ledger as oracle_ledger
 
-from finops.devenv import controlplane
 from finops.store import allocations, mirror, pool
+from finops_devenv import controlplane
 
 START = dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
 HOURS = 48

@@ -30,9 +30,9 @@ from tests.oracle import ledger as oracle_ledger
 
 from finops.api import bodies
 from finops.collection import charges as charge_rules
-from finops.devenv import controlplane
 from finops.jobs import budgets as budget_job
 from finops.store import allocations, mirror, pool
+from finops_devenv import controlplane
 
 UTC = dt.UTC
 HOUR = dt.timedelta(hours=1)

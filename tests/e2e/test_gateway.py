@@ -23,8 +23,8 @@ from psycopg import conninfo
 from tests.oracle import charge_rows
 from tests.oracle import ledger as oracle_ledger
 
-from finops.devenv import controlplane
 from finops.store import mirror, pool
+from finops_devenv import controlplane
 
 H0 = dt.datetime(2026, 4, 1, 9, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)

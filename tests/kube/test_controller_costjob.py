@@ -26,7 +26,7 @@ from tests.kube.test_controller_support import (
 
 from finops.api import rules
 from finops.controller import costjob_schedule
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 DSN = "postgresql://finops:secret@db.invalid:5432/finops"
 

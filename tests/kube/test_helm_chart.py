@@ -21,8 +21,8 @@ from tests.kube import _helm
 
 from finops import operator
 from finops.controller import config, costjob
-from finops.devenv import controlplane
 from finops.opencost import config as opencost_config
+from finops_devenv import controlplane
 
 CRDS = _helm.REPO / "deploy" / "crds"
 MANAGER = "finops-operator-controller-manager"

@@ -28,9 +28,9 @@ from psycopg import conninfo, sql
 from tests.kube import _helm
 from tests.kube import test_controller_support as support
 
-from finops.devenv import controlplane, postgres
 from finops.pricing import opencost_document
 from finops.store import migrate
+from finops_devenv import controlplane, postgres
 
 NAMESPACE = "finops-operator-system"
 # Characters a URI would misread unless the chart escapes them.

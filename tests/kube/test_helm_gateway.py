@@ -31,7 +31,7 @@ from psycopg import conninfo
 from tests.e2e import test_gateway as ledger
 from tests.kube import _helm
 
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 GATEWAY = "finops-operator-finops-gateway-gateway"
 GATEWAY_SA = "finops-operator-finops-gateway"

@@ -14,8 +14,8 @@ from lightkube.config.kubeconfig import KubeConfig
 from tests.kube.test_controller_support import FINOPS, create, get, merge_patch
 
 from finops.api import conditions
-from finops.devenv import controlplane
 from finops.kube import resources, status
+from finops_devenv import controlplane
 
 NOW = dt.datetime(2026, 4, 1, 12, tzinfo=dt.UTC)
 

@@ -91,11 +91,15 @@ def test_the_package_as_it_is_keeps_every_contract(source_copy: pathlib.Path) ->
     [
         ("jobs/charges.py", "import psycopg", "Only the store talks to PostgreSQL"),
         ("gateway/app.py", "import psycopg_pool", "Only the store talks to PostgreSQL"),
+        ("kube/client.py", "import psycopg", "Only the store talks to PostgreSQL"),
+        ("opencost/client.py", "import psycopg", "Only the store talks to PostgreSQL"),
+        ("cli/validate.py", "import psycopg", "Only the store talks to PostgreSQL"),
         ("kube/status.py", "from finops.store import pool", "The edges do not import each other"),
         ("billing/money.py", "from finops.hierarchy import refs", "Layers: processes > edges"),
         ("api/models.py", "from finops.billing import money", "Layers: processes > edges"),
         ("store/pool.py", "from finops.jobs import charges", "Layers: processes > edges"),
-        ("jobs/charges.py", "from finops.devenv import tls", "does not import the dev environment"),
+        ("jobs/charges.py", "from finops_devenv import tls", "does not import the development"),
+        ("cli/export.py", "import finops_devenv", "does not import the development"),
         ("pricing/resolve.py", "import httpx", "The pure core does no I/O"),
     ],
 )

@@ -14,8 +14,8 @@ import pytest
 from tests.oracle import opencost_rows
 
 from finops.billing import allocation
-from finops.devenv import opencost_replay as replay
 from finops.opencost import client, config, errors
+from finops_devenv import opencost_replay as replay
 
 HOUR = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
 Start = Callable[[replay.Source], replay.ReplayServer]

@@ -32,11 +32,11 @@ from lightkube.config.kubeconfig import KubeConfig
 
 from finops.billing import money, periods
 from finops.collection import plan
-from finops.devenv import controlplane, postgres, sandbox_periods, tls
-from finops.devenv import opencost_replay as replay
-from finops.devenv import webhooks as local_webhooks
 from finops.jobs import allocations as allocation_job
 from finops.jobs import charges as charge_job
+from finops_devenv import controlplane, postgres, sandbox_periods, tls
+from finops_devenv import opencost_replay as replay
+from finops_devenv import webhooks as local_webhooks
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO_ROOT / "examples"
@@ -579,7 +579,7 @@ def run(
     previous_month: bool = False,
 ) -> int:
     """The whole sandbox (with `previous_month`, from the last hours of the previous month
-    until it has closed: see `finops.devenv.sandbox_periods`); returns an exit status."""
+    until it has closed: see `finops_devenv.sandbox_periods`); returns an exit status."""
     # Ctrl-C and SIGTERM both unwind through the context managers, so every service stops
     # and its files go, whatever stage the sandbox is in (a background shell ignores SIGINT
     # unless a handler is installed).

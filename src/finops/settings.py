@@ -1,0 +1,1 @@
+"""Settings read from the environment, parsed once per process into typed objects."""
