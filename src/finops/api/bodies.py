@@ -9,7 +9,8 @@ step (no `from __future__ import annotations` here: it would hide `Required` fro
 `__required_keys__` on Python 3.11).
 """
 
-from typing import Any, Required, TypedDict
+from collections.abc import Mapping
+from typing import Any, Required, TypedDict, cast
 
 
 class ObjectMeta(TypedDict, total=False):
@@ -372,3 +373,31 @@ class BudgetStatus(TypedDict, total=False):
 class Budget(Object, total=False):
     spec: BudgetSpec
     status: BudgetStatus
+
+
+# The body of each kind as the API server sends it, typed once where it enters (a watch store,
+# a read): the server has validated it against the CRD schema these TypedDicts follow.
+
+
+def as_finops_provider(body: Mapping[str, object]) -> FinOpsProvider:
+    return cast(FinOpsProvider, body)
+
+
+def as_pricebook(body: Mapping[str, object]) -> PriceBook:
+    return cast(PriceBook, body)
+
+
+def as_costjob(body: Mapping[str, object]) -> CostJob:
+    return cast(CostJob, body)
+
+
+def as_offering(body: Mapping[str, object]) -> Offering:
+    return cast(Offering, body)
+
+
+def as_subscription(body: Mapping[str, object]) -> Subscription:
+    return cast(Subscription, body)
+
+
+def as_budget(body: Mapping[str, object]) -> Budget:
+    return cast(Budget, body)

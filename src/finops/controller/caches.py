@@ -15,21 +15,25 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from finops.api import bodies
 from finops.hierarchy import family, offerings, refs
 
-Store = dict[tuple[str, str], dict[str, Any]]
+B = TypeVar("B", bodies.Offering, bodies.Subscription)
+OfferingStore = dict[tuple[str, str], bodies.Offering]
+SubscriptionStore = dict[tuple[str, str], bodies.Subscription]
+NamespaceStore = dict[tuple[str, str], dict[str, Any]]
 
 
-class Index:
+class Index(Generic[B]):
     """value -> keys of the objects whose `values(obj)` include it."""
 
-    def __init__(self, values: Callable[[Mapping[str, Any]], Iterable[Hashable]]) -> None:
-        self.values = values
+    def __init__(self, values: Callable[[B], Iterable[Hashable]]) -> None:
+        self.values: Callable[[B], Iterable[Hashable]] = values
         self._keys: dict[Hashable, set[refs.Key]] = collections.defaultdict(set)
 
-    def update(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+    def update(self, old: B | None, new: B | None) -> None:
         """Move one object from the values it had to the values it has."""
         if old is not None:
             key = refs.key_of(old)
@@ -48,17 +52,17 @@ class Index:
         return set(self._keys.get(value, ()))
 
 
-def _root(obj: Mapping[str, Any]) -> list[str]:
+def _root(obj: bodies.Subscription) -> list[str]:
     root = family.root_of(obj)
     return [root] if root else []
 
 
-def _parent(obj: Mapping[str, Any]) -> list[refs.Key]:
+def _parent(obj: bodies.Subscription) -> list[refs.Key]:
     up = family.parent_key(obj)
     return [up] if up is not None else []
 
 
-def _offering(obj: Mapping[str, Any]) -> list[refs.Key]:
+def _offering(obj: bodies.Subscription) -> list[refs.Key]:
     key = family.offering_key(obj)
     return [key] if key is not None else []
 
@@ -68,45 +72,43 @@ class Caches:
 
     def __init__(
         self,
-        offerings_store: Store,
-        subscriptions_store: Store,
-        books: Mapping[Any, dict[str, Any]],
-        namespaces: Store | None = None,
+        offerings_store: OfferingStore,
+        subscriptions_store: SubscriptionStore,
+        books: Mapping[tuple[str, str], bodies.PriceBook],
+        namespaces: NamespaceStore | None = None,
     ) -> None:
         self.offerings = offerings_store
         self.subscriptions = subscriptions_store
         self.books = books
         self.namespaces = namespaces
-        self.roots = Index(_root)
-        self.parents = Index(_parent)
-        self.bound = Index(_offering)
-        self.requirers = Index(offerings.requirements)
+        self.roots: Index[bodies.Subscription] = Index(_root)
+        self.parents: Index[bodies.Subscription] = Index(_parent)
+        self.bound: Index[bodies.Subscription] = Index(_offering)
+        self.requirers: Index[bodies.Offering] = Index(offerings.requirements)
 
     def subscription_changed(
-        self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+        self, old: bodies.Subscription | None, new: bodies.Subscription | None
     ) -> None:
         for index in (self.roots, self.parents, self.bound):
             index.update(old, new)
 
-    def offering_changed(
-        self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
-    ) -> None:
+    def offering_changed(self, old: bodies.Offering | None, new: bodies.Offering | None) -> None:
         self.requirers.update(old, new)
 
-    def _subs(self, keys: Iterable[refs.Key]) -> list[dict[str, Any]]:
+    def _subs(self, keys: Iterable[refs.Key]) -> list[bodies.Subscription]:
         found = (self.subscriptions.get(k) for k in sorted(keys))
         return [s for s in found if s is not None]
 
-    def members(self, root: str) -> list[dict[str, Any]]:
+    def members(self, root: str) -> list[bodies.Subscription]:
         """The family index as `family.Members`."""
         return self._subs(self.roots.keys(root))
 
-    def children(self, parent: refs.Key) -> list[dict[str, Any]]:
+    def children(self, parent: refs.Key) -> list[bodies.Subscription]:
         """The parent index as `family.Children`."""
         return self._subs(self.parents.keys(parent))
 
-    def offering(self, key: refs.Key) -> dict[str, Any] | None:
+    def offering(self, key: refs.Key) -> bodies.Offering | None:
         return self.offerings.get(key)
 
-    def subscription(self, key: refs.Key) -> dict[str, Any] | None:
+    def subscription(self, key: refs.Key) -> bodies.Subscription | None:
         return self.subscriptions.get(key)

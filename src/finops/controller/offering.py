@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
 
 import lightkube
 
+from finops.api import bodies
 from finops.controller import caches as caches_
 from finops.controller import ledger_mirror
 from finops.hierarchy import offerings, refs
@@ -68,7 +68,7 @@ class Reconciler:
             raise
         return await self._mirror(key, obj)
 
-    async def _sync(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def _sync(self, obj: bodies.Offering) -> bodies.Offering:
         if offerings.needs_finalizer(obj):
             obj = (
                 await finalizers.add(self.client, resources.Offering, obj, offerings.FINALIZER)
@@ -84,7 +84,9 @@ class Reconciler:
             offerings=list(self.caches.offerings.values()) if deleting else (),
         )
         if decided.changed:
-            obj = await status.write(self.client, resources.Offering, obj, decided.status)
+            obj = bodies.as_offering(
+                await status.write(self.client, resources.Offering, obj, decided.status)
+            )
         for event in decided.events:
             await events.record(self.client, obj, event.type, event.reason, event.message)
         if decided.release_finalizer:
@@ -92,7 +94,7 @@ class Reconciler:
             log.info("offering released", extra={"offering": str(refs.key_of(obj))})
         return obj
 
-    async def _mirror(self, key: tuple[str, str, str], obj: dict[str, Any]) -> float | None:
+    async def _mirror(self, key: tuple[str, str, str], obj: bodies.Offering) -> float | None:
         if self.mirror is None:
             return None
         try:

@@ -16,37 +16,36 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
-from finops.api import views
+from finops.api import bodies, views
 from finops.hierarchy import refs
 
-Members = Callable[[str], Iterable[Mapping[str, Any]]]
+Members = Callable[[str], Iterable[bodies.Subscription]]
 """The Subscriptions whose `status.compatibilityRoot` is the given uid (the family index)."""
 
 
-def parent_key(sub: Mapping[str, Any]) -> refs.Key | None:
+def parent_key(sub: bodies.Subscription) -> refs.Key | None:
     return views.SubscriptionView.parse(sub).parent
 
 
-def offering_key(sub: Mapping[str, Any]) -> refs.Key | None:
+def offering_key(sub: bodies.Subscription) -> refs.Key | None:
     return views.SubscriptionView.parse(sub).offering
 
 
-def root_of(sub: Mapping[str, Any]) -> str | None:
+def root_of(sub: bodies.Subscription) -> str | None:
     return views.SubscriptionView.parse(sub).compatibility_root
 
 
-def is_activated(sub: Mapping[str, Any]) -> bool:
+def is_activated(sub: bodies.Subscription) -> bool:
     return views.SubscriptionView.parse(sub).activated
 
 
-def is_deactivated(sub: Mapping[str, Any]) -> bool:
+def is_deactivated(sub: bodies.Subscription) -> bool:
     return views.SubscriptionView.parse(sub).deactivated
 
 
-def is_active(sub: Mapping[str, Any]) -> bool:
+def is_active(sub: bodies.Subscription) -> bool:
     """Billing is open: activated and not deactivated."""
     return views.SubscriptionView.parse(sub).active
 
@@ -59,14 +58,14 @@ class Root:
     problem: str = ""
 
 
-def resolve_root(sub: Mapping[str, Any], lookup: refs.Lookup) -> Root:
+def resolve_root(sub: bodies.Subscription, lookup: refs.Lookup[bodies.Subscription]) -> Root:
     """Walk up `spec.parent` to the Subscription with no parent (stopping early at an ancestor
     that already carries a stamped root). Refuses to loop on a parent cycle."""
     stamped = root_of(sub)
     if stamped:
         return Root(stamped)
     seen = {refs.key_of(sub)}
-    current: Mapping[str, Any] = sub
+    current: bodies.Subscription = sub
     while True:
         up = parent_key(current)
         if up is None:
@@ -86,7 +85,7 @@ def resolve_root(sub: Mapping[str, Any], lookup: refs.Lookup) -> Root:
         current = found
 
 
-def subtree(sub: Mapping[str, Any], members: Iterable[Mapping[str, Any]]) -> set[refs.Key]:
+def subtree(sub: bodies.Subscription, members: Iterable[bodies.Subscription]) -> set[refs.Key]:
     """The Subscription's own key and those of all its descendants among `members`."""
     children: dict[refs.Key, list[refs.Key]] = collections.defaultdict(list)
     for member in members:
@@ -104,8 +103,8 @@ def subtree(sub: Mapping[str, Any], members: Iterable[Mapping[str, Any]]) -> set
 
 
 def coverage_candidates(
-    sub: Mapping[str, Any], members: Iterable[Mapping[str, Any]]
-) -> list[Mapping[str, Any]]:
+    sub: bodies.Subscription, members: Iterable[bodies.Subscription]
+) -> list[bodies.Subscription]:
     """Family members that may cover this Subscription's requirements (active or not)."""
     if parent_key(sub) is None:
         return []
@@ -115,9 +114,9 @@ def coverage_candidates(
 
 
 def uncovered(
-    sub: Mapping[str, Any],
+    sub: bodies.Subscription,
     required: Sequence[refs.Key],
-    members: Iterable[Mapping[str, Any]],
+    members: Iterable[bodies.Subscription],
 ) -> refs.Key | None:
     """The first required Offering no active candidate binds, or None when all are covered."""
     if not required:
@@ -131,5 +130,5 @@ def coverage_message(required: refs.Key) -> str:
     return f"required offering {required} not covered by an active subscription in the family"
 
 
-Children = Callable[[refs.Key], Iterable[Mapping[str, Any]]]
+Children = Callable[[refs.Key], Iterable[bodies.Subscription]]
 """The Subscriptions whose `spec.parent` names the given key (the parent index)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import cast
 
 from finops.api import bodies, conditions
 from finops.api.reasons import ConditionType, EventReason, EventType, Reason
@@ -29,9 +29,9 @@ FINALIZER = "offerings.finops.stakater.com/finalizer"
 PUBLISHED = "requirements resolved and pricing published"
 
 
-def requirements(offering: Mapping[str, Any]) -> list[refs.Key]:
+def requirements(offering: bodies.Offering) -> list[refs.Key]:
     """`spec.compatibility.requiredOfferings` as keys, in declared order."""
-    compatibility = refs.spec_of(offering).get("compatibility") or {}
+    compatibility = offering.get("spec", {}).get("compatibility") or {}
     found = (refs.ref_key(r) for r in compatibility.get("requiredOfferings") or ())
     return [k for k in found if k is not None]
 
@@ -90,7 +90,7 @@ def cycle_message(path: Sequence[refs.Key]) -> str:
 
 
 def _walker(
-    offering: Mapping[str, Any], lookup: refs.Lookup
+    offering: bodies.Offering, lookup: refs.Lookup[bodies.Offering]
 ) -> Callable[[refs.Key], Sequence[refs.Key] | None]:
     me = refs.key_of(offering)
 
@@ -117,7 +117,7 @@ class Check:
         return self.reason is Reason.VALIDATION_SUCCEEDED
 
 
-def requirement_check(offering: Mapping[str, Any], lookup: refs.Lookup) -> Check:
+def requirement_check(offering: bodies.Offering, lookup: refs.Lookup[bodies.Offering]) -> Check:
     """The requirement graph and each direct requirement, first problem wins."""
     me = refs.key_of(offering)
     try:
@@ -139,9 +139,9 @@ def requirement_check(offering: Mapping[str, Any], lookup: refs.Lookup) -> Check
     return Check(Reason.VALIDATION_SUCCEEDED, "requirements resolved")
 
 
-def is_resolved(offering: Mapping[str, Any]) -> bool:
+def is_resolved(offering: bodies.Offering) -> bool:
     """Pricing was published once (and is therefore kept)."""
-    pricing = refs.status_of(offering).get("resolvedPricing")
+    pricing = offering.get("status", {}).get("resolvedPricing")
     return isinstance(pricing, Mapping) and bool(pricing.get("resolvedAt"))
 
 
@@ -158,14 +158,14 @@ class Readiness:
 
 
 def readiness(
-    offering: Mapping[str, Any],
+    offering: bodies.Offering,
     *,
-    lookup: refs.Lookup,
-    books: Iterable[Mapping[str, Any]],
+    lookup: refs.Lookup[bodies.Offering],
+    books: Iterable[bodies.PriceBook],
     now: dt.datetime,
 ) -> Readiness:
     """Requirements, then pricing (resolved now unless it already was)."""
-    current = refs.status_of(offering).get("resolvedPricing")
+    current = offering.get("status", {}).get("resolvedPricing")
     kept = current if is_resolved(offering) else None
     check = requirement_check(offering, lookup)
     if not check.ok:
@@ -220,15 +220,15 @@ class Dependents:
 
 def dependents(
     key: refs.Key,
-    subscriptions: Iterable[Mapping[str, Any]],
-    offerings: Iterable[Mapping[str, Any]],
+    subscriptions: Iterable[bodies.Subscription],
+    offerings: Iterable[bodies.Offering],
 ) -> Dependents:
     """Every Subscription whose `offeringRef` names `key` (any state), and every other Offering
     requiring it that is not itself being deleted; each sorted by key."""
     subs = sorted(
         refs.key_of(s)
         for s in subscriptions
-        if refs.ref_key(refs.spec_of(s).get("offeringRef")) == key
+        if refs.ref_key(s.get("spec", {}).get("offeringRef")) == key
     )
     offs = sorted(
         refs.key_of(o)
@@ -247,9 +247,9 @@ class Guard:
 
 
 def deletion_guard(
-    offering: Mapping[str, Any],
-    subscriptions: Iterable[Mapping[str, Any]] | refs.ReadError,
-    offerings: Iterable[Mapping[str, Any]] | refs.ReadError,
+    offering: bodies.Offering,
+    subscriptions: Iterable[bodies.Subscription] | refs.ReadError,
+    offerings: Iterable[bodies.Offering] | refs.ReadError,
 ) -> Guard:
     """`Deleting=False` while anything references the Offering, `True` (and release) when not."""
     for listed, what in ((subscriptions, "subscriptions"), (offerings, "offerings")):
@@ -302,20 +302,20 @@ class OfferingPlan:
 
 
 def plan(
-    offering: Mapping[str, Any],
+    offering: bodies.Offering,
     *,
-    lookup: refs.Lookup,
-    books: Iterable[Mapping[str, Any]],
+    lookup: refs.Lookup[bodies.Offering],
+    books: Iterable[bodies.PriceBook],
     now: dt.datetime,
-    subscriptions: Iterable[Mapping[str, Any]] | refs.ReadError = (),
-    offerings: Iterable[Mapping[str, Any]] | refs.ReadError = (),
+    subscriptions: Iterable[bodies.Subscription] | refs.ReadError = (),
+    offerings: Iterable[bodies.Offering] | refs.ReadError = (),
 ) -> OfferingPlan:
     """The desired status of one Offering.
 
     `lookup` reads other Offerings by key (requirements and the graph walk); `subscriptions`
     and `offerings` are only consulted for an Offering being deleted, to find dependents.
     """
-    current = refs.status_of(offering)
+    current = offering.get("status", {})
     generation = refs.generation_of(offering)
     found = readiness(offering, lookup=lookup, books=books, now=now)
     conds: list[bodies.Condition] = list(current.get("conditions") or ())
@@ -347,13 +347,13 @@ def plan(
     return OfferingPlan(status, status != dict(current), found, release, tuple(events))
 
 
-def needs_finalizer(offering: Mapping[str, Any]) -> bool:
+def needs_finalizer(offering: bodies.Offering) -> bool:
     """Added the first time the reconciler sees a live Offering."""
     finalizers = (offering.get("metadata") or {}).get("finalizers") or ()
     return not refs.is_deleting(offering) and FINALIZER not in finalizers
 
 
-def readiness_flipped(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+def readiness_flipped(old: bodies.Offering | None, new: bodies.Offering | None) -> bool:
     """Whether Subscriptions bound to this Offering, and Offerings requiring it, should be
     re-queued: it appeared, disappeared, or its `status.ready` changed."""
     if old is None or new is None:
@@ -361,6 +361,6 @@ def readiness_flipped(old: Mapping[str, Any] | None, new: Mapping[str, Any] | No
     return refs.is_ready(old) != refs.is_ready(new)
 
 
-def awaits_pricebook(offering: Mapping[str, Any]) -> bool:
+def awaits_pricebook(offering: bodies.Offering) -> bool:
     """Not yet resolved, so a change among the PriceBooks may let it resolve (re-queue it)."""
     return not is_resolved(offering)

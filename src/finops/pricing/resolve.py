@@ -19,8 +19,8 @@ import copy
 import dataclasses
 import datetime as dt
 import enum
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 from finops.api import bodies, conditions
 from finops.billing import money, usage
@@ -44,8 +44,8 @@ class Resolution:
     message: str = ""
 
 
-def _offering_name(offering: Mapping[str, Any]) -> str:
-    meta = offering.get("metadata") or {}
+def _object_name(obj: bodies.Object) -> str:
+    meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
@@ -64,7 +64,7 @@ def declared_meters(spec: bodies.OfferingSpec) -> list[tuple[usage.Meter, usage.
     return list(seen.items())
 
 
-def active_book(books: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def active_book(books: Iterable[bodies.PriceBook]) -> bodies.PriceBook | None:
     """The PriceBook marked active (the election decides if a transition left several)."""
     marked = [b for b in books if (b.get("status") or {}).get("active") is True]
     winner = election.elect(election.Candidate.from_object(b) for b in marked)
@@ -81,23 +81,23 @@ def _rate(meter: usage.Meter, rates: bodies.PriceRates) -> money.Micros:
 
 
 def resolve(
-    offering: Mapping[str, Any], books: Iterable[Mapping[str, Any]], now: dt.datetime
+    offering: bodies.Offering, books: Iterable[bodies.PriceBook], now: dt.datetime
 ) -> Resolution:
     """Resolve the Offering's pricing now, against the cluster's PriceBooks."""
     spec = offering.get("spec") or cast(bodies.OfferingSpec, {})
-    name = _offering_name(offering)
+    name = _object_name(offering)
     meters = declared_meters(spec)
     resolved_meters: list[bodies.ResolvedMeter] = []
     if meters:
         book = active_book(books)
-        book_spec = (book or {}).get("spec") or {}
-        if book is None or book_spec.get("valuationMode") != "currency":
+        book_spec = None if book is None else book.get("spec")
+        if book is None or book_spec is None or book_spec.get("valuationMode") != "currency":
             return Resolution(
                 Outcome.NO_ACTIVE_PRICEBOOK,
                 None,
                 f"offering {name}: no active pricebook to resolve metered pricing",
             )
-        book_name = _offering_name(book)
+        book_name = _object_name(book)
         rates: bodies.PriceRates = book_spec.get("rates") or bodies.PriceRates()
         for meter, margin in meters:
             try:
