@@ -20,8 +20,9 @@ import yaml
 from tests.kube import _helm
 
 from finops import operator
-from finops.controller import config, costjob
+from finops.controller import config
 from finops.opencost import config as opencost_config
+from finops.provisioning import costjobs
 from finops_devenv import controlplane
 
 CRDS = _helm.REPO / "deploy" / "crds"
@@ -370,7 +371,7 @@ class TestManagerDeployment:
         env = {k: e["value"] for k, e in _manager_env(objects).items() if "value" in e}
         settings = config.from_env({**_CONFIG_REQUIRED, **env})
         job = {"metadata": {"name": "c", "namespace": "n", "uid": "u"}, "spec": {}}
-        pod = costjob.desired_cronjob(job, settings)["spec"]["jobTemplate"]["spec"]["template"]
+        pod = costjobs.desired_cronjob(job, settings)["spec"]["jobTemplate"]["spec"]["template"]
         [loader] = pod["spec"]["containers"]
         assert (loader["image"], loader["imagePullPolicy"]) == (manager["image"], "Never")
         gw = _helm.find(objects, "Deployment", "finops-operator-finops-gateway-gateway")
@@ -616,7 +617,7 @@ class TestStarterCostJobResourcesAndSharding:
         scraping, charges = self._costjobs(self.TUNED, tmp_path)
         for job, values in ((scraping, "costJob"), (charges, "chargeCollectionJob")):
             job["metadata"]["uid"] = str(uuid.uuid4())
-            cron = costjob.desired_cronjob(job, settings)
+            cron = costjobs.desired_cronjob(job, settings)
             [container] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
             # Replaced whole, not merged: the charge job's requests-only value has no limits.
             assert container["resources"] == self.TUNED[values]["resources"]

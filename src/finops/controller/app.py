@@ -41,6 +41,7 @@ from finops.controller import (
 )
 from finops.kube import client as kube_client
 from finops.kube import leader, resources, reviews, watch
+from finops.provisioning import costjobs
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class Manager:
     def _watch_own_kinds(self, client: lightkube.AsyncClient) -> None:
         """Typed watch stores of PriceBooks, CostJobs and the provider; the CronJobs and
         Secrets the CostJobs own are watched only to wake their owner."""
-        owned = {costjob.MANAGED_BY_LABEL: costjob.MANAGED_BY}
+        owned = {costjobs.MANAGED_BY_LABEL: costjobs.MANAGED_BY}
         self.pricebooks = watch.Source(
             client, resources.PriceBook, self._on_pricebook, bodies.as_pricebook
         )

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import lightkube
 
-from finops.api import bodies
+from finops.api import bodies, models
 from finops.controller import serving
 from finops.hierarchy import admission
 from finops.kube import client as kube_client
@@ -193,8 +193,8 @@ async def handle_review(path: str, body: bytes, reads: Reads) -> tuple[int, dict
     except BadReviewError as exc:
         return 400, {"error": str(exc)}
     resource, validate = ROUTES[path]
-    if (req.group, req.resource) != (resources.GROUP, resource):
-        message = f"{path} validates {resource}.{resources.GROUP}, not {req.resource}.{req.group}"
+    if (req.group, req.resource) != (models.GROUP, resource):
+        message = f"{path} validates {resource}.{models.GROUP}, not {req.resource}.{req.group}"
         return 200, internal_error(req.uid, message)
     try:
         verdict = await asyncio.wait_for(validate(req, reads), READ_TIMEOUT_SECONDS)

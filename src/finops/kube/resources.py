@@ -9,9 +9,9 @@ from typing import Any
 
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
-GROUP = "finops.stakater.com"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+from finops.api import models
+
+GROUP, VERSION = models.GROUP, models.VERSION
 
 FinOpsProvider: Any = create_global_resource(GROUP, VERSION, "FinOpsProvider", "finopsproviders")
 PriceBook: Any = create_namespaced_resource(GROUP, VERSION, "PriceBook", "pricebooks")

@@ -106,7 +106,5 @@ def test_ties_on_creation_break_by_namespace_then_name() -> None:
 
 
 def test_status_patch_nulls_removed_keys() -> None:
-    body = status.patch_body(
-        {"activePricing": {"CPU": "1"}, "active": True}, {"active": False}
-    )
+    body = status.patch_body({"activePricing": {"CPU": "1"}, "active": True}, {"active": False})
     assert body == {"active": False, "activePricing": None}
