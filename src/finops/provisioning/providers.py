@@ -1,0 +1,111 @@
+"""FinOpsProvider decisions: which provider branch applies and what it sets on OpenCost.
+
+A cloud block counts only with a non-empty `cloudIntegrationSecret`; `onpremoptions` always
+enables custom pricing; on a cloud block only `pricingModelSource: Pricebook` does. In
+bring-your-own mode (MTO off) nothing is patched: the PriceBook path owns OpenCost there. The
+Ready condition's reason says what happened. The secret's value is the name of a Secret and is
+never put into a message.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from finops.api import bodies, conditions, reasons
+
+READY = reasons.ConditionType.READY
+
+APPLIED = reasons.ProviderReason.PROVIDER_APPLIED
+BYO = reasons.ProviderReason.BRING_YOUR_OWN_OPENCOST
+NO_VALID_OPTION = reasons.ProviderReason.NO_VALID_PROVIDER_OPTION
+PATCH_FAILED = reasons.ProviderReason.OPENCOST_PATCH_FAILED
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Branch:
+    """The provider branch that applies, and what it sets on OpenCost."""
+
+    name: str
+    cloud_integration_secret: str | None
+    custom_pricing: bool
+
+
+def decide(spec: bodies.FinOpsProviderSpec | None) -> Branch | None:
+    """The branch that applies, or None when no option is valid (the first cloud block with
+    a secret wins: aws, gcp, azure)."""
+    if spec is None:
+        return None
+    clouds: tuple[tuple[str, bodies.CloudOptions | None], ...] = (
+        ("aws", spec.get("awsoptions")),
+        ("gcp", spec.get("gcpoptions")),
+        ("azure", spec.get("azureoptions")),
+    )
+    for name, options in clouds:
+        if isinstance(options, Mapping) and options.get("cloudIntegrationSecret"):
+            return Branch(
+                name,
+                str(options.get("cloudIntegrationSecret")),
+                options.get("pricingModelSource") == "Pricebook",
+            )
+    if isinstance(spec.get("onpremoptions"), Mapping):
+        return Branch("onprem", None, True)
+    return None
+
+
+def desired_opencost_spec(current: Mapping[str, Any] | None, branch: Branch) -> dict[str, Any]:
+    """`current` with the branch's settings applied under `spec.opencost`."""
+    spec = copy.deepcopy(dict(current or {}))
+    opencost = spec.setdefault("opencost", {})
+    if branch.cloud_integration_secret is not None:
+        opencost["cloudIntegrationSecret"] = branch.cloud_integration_secret
+        opencost.setdefault("cloudCost", {})["enabled"] = True
+    if branch.custom_pricing:
+        opencost.setdefault("customPricing", {})["enabled"] = True
+    return spec
+
+
+def ready_condition(reason: str, message: str) -> conditions.Condition:
+    status = "True" if reason in (APPLIED, BYO) else "False"
+    return conditions.Condition(READY, status, reason, message)
+
+
+def without_opencost(branch: Branch | None, *, mto_enabled: bool) -> conditions.Condition | None:
+    """The Ready condition of a pass that touches no OpenCost resource: no valid option, or
+    bring-your-own mode; None when the branch is to be applied to MTO's OpenCost."""
+    if branch is None:
+        return ready_condition(
+            NO_VALID_OPTION,
+            "No valid provider option configured: a cloud block needs a non-empty "
+            "cloudIntegrationSecret; OpenCost was not changed",
+        )
+    if not mto_enabled:
+        return ready_condition(
+            BYO,
+            f'Valid {branch.name} provider; MTO_ENABLED is not "true", so OpenCost is '
+            "bring-your-own and is configured only through the PriceBook pricing ConfigMap",
+        )
+    return None
+
+
+def no_opencost(namespace: str) -> conditions.Condition:
+    return ready_condition(
+        PATCH_FAILED, f"No OpenCost resource found in namespace {namespace!r} to configure"
+    )
+
+
+def patch_failed(error: Exception) -> conditions.Condition:
+    return ready_condition(PATCH_FAILED, f"Patching the OpenCost resource failed: {error}")
+
+
+def applied(branch: Branch, changed: Sequence[str]) -> conditions.Condition:
+    """Ready after the branch was applied to the named OpenCost resources (none changed)."""
+    if not changed:
+        return ready_condition(
+            APPLIED, f"{branch.name} provider already applied to the OpenCost resource"
+        )
+    return ready_condition(
+        APPLIED, f"{branch.name} provider applied to OpenCost {', '.join(changed)}"
+    )
