@@ -23,6 +23,7 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
+from finops.api import bodies
 from finops.billing import money
 from finops.collection import durations, plan
 from finops.jobs import records, writer
@@ -107,8 +108,8 @@ class _Settings:
     dsn: str
 
     @classmethod
-    def of(cls, env: Mapping[str, str], now: dt.datetime, costjob: Mapping[str, Any]) -> _Settings:
-        spec: Mapping[str, Any] = costjob.get("spec") or {}
+    def of(cls, env: Mapping[str, str], now: dt.datetime, costjob: bodies.CostJob) -> _Settings:
+        spec: Mapping[str, object] = costjob.get("spec") or {}
         return cls(
             cluster=pool.cluster_id(env),
             scheduled=plan.scheduled_hour(env.get("SCHEDULED_TIMESTAMP"), now),
@@ -131,11 +132,11 @@ class _Book:
     rates: Mapping[str, int]
 
     @classmethod
-    def of(cls, book: Mapping[str, Any]) -> _Book:
-        meta: Mapping[str, Any] = book.get("metadata") or {}
-        spec: Mapping[str, Any] = book.get("spec") or {}
+    def of(cls, book: bodies.PriceBook) -> _Book:
+        meta = book.get("metadata") or {}
+        spec = book.get("spec")
         try:
-            rates = dict(money.parse_rates(spec.get("rates")))
+            rates = dict(money.parse_rates(None if spec is None else spec.get("rates")))
         except money.RateParseError as exc:
             raise RunFailed(f"PriceBook {meta.get('namespace')}/{meta.get('name')}: {exc}") from exc
         return cls(
@@ -143,7 +144,7 @@ class _Book:
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
             generation=int(meta.get("generation") or 0),
-            currency=str(spec.get("currency", "")),
+            currency="" if spec is None else str(spec.get("currency", "")),
             rates=rates,
         )
 
@@ -152,7 +153,7 @@ async def collect(
     kube: AsyncClient,
     env: Mapping[str, str],
     now: dt.datetime,
-    costjob: Mapping[str, Any],
+    costjob: bodies.CostJob,
 ) -> RunResult:
     """Everything between reading the CostJob and recording the outcome; raises on failure."""
     settings = _Settings.of(env, now, costjob)
@@ -381,7 +382,7 @@ async def run(
 
 
 async def _attempt(
-    client: AsyncClient, env: Mapping[str, str], started_at: dt.datetime, costjob: dict[str, Any]
+    client: AsyncClient, env: Mapping[str, str], started_at: dt.datetime, costjob: bodies.CostJob
 ) -> str:
     """Run `collect`; the failure as the execution record's text ('' on success)."""
     try:
@@ -405,13 +406,13 @@ async def _attempt(
 async def _record(
     client: AsyncClient,
     env: Mapping[str, str],
-    costjob: Mapping[str, Any],
+    costjob: bodies.CostJob,
     record: plan.ExecutionRecord,
 ) -> bool:
     """Prepend the record to the CostJob's history; False (logged) when that failed."""
-    meta: Mapping[str, Any] = costjob.get("metadata") or {}
+    meta = costjob.get("metadata") or {}
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-    spec: Mapping[str, Any] = costjob.get("spec") or {}
+    spec: Mapping[str, object] = costjob.get("spec") or {}
     try:
         problem = await _bounded(
             "writing the execution record",

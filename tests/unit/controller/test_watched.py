@@ -184,7 +184,7 @@ def mirror_fields(obj: dict[str, Any]) -> dict[str, Any]:
     """The columns the ledger mirror writes for one version (no connection needed)."""
     mirror = ledger_mirror.Mirror.__new__(ledger_mirror.Mirror)
     mirror.cluster = "c"
-    return mirror._fields(obj)
+    return mirror._version(obj, obj.get("spec") or {}).columns()
 
 
 def readers(obj: dict[str, Any]) -> tuple[Any, ...]:
