@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from finops.api import models
 from finops.billing import forecast
 from finops.collection import budgets
 from finops.store import budgets as store
@@ -26,7 +27,14 @@ def crossing(
     percent: int, basis: str = "Actual", *, at: int = 10, uid: str = "b-1", posted: bool = False
 ) -> budgets.Crossing:
     return budgets.Crossing(
-        uid, APRIL[0], percent, budgets.Basis(basis), APRIL[0] + at * HOUR, 500 + at, 1000, posted
+        uid,
+        APRIL[0],
+        percent,
+        models.ThresholdBasis(basis),
+        APRIL[0] + at * HOUR,
+        500 + at,
+        1000,
+        posted,
     )
 
 

@@ -7,14 +7,14 @@ from decimal import Decimal
 
 import pytest
 
-from finops.store import unit
+from finops.store import pool, unit
 from tests.db import builders
 from tests.db.builders import CLUSTER, hour
 from tests.oracle import charge_rows
 from tests.oracle import ledger as oracle_ledger
 
 
-def _fees(conn: unit.Connection, hours: int) -> list[charge_rows.ChargeRow]:
+def _fees(conn: pool.Connection, hours: int) -> list[charge_rows.ChargeRow]:
     with unit.begin(conn) as work:
         offering = builders.offering_version(conn)
         subscription = builders.subscription_version(conn)
@@ -37,7 +37,7 @@ def _fees(conn: unit.Connection, hours: int) -> list[charge_rows.ChargeRow]:
     ]
 
 
-def _count(conn: unit.Connection) -> int:
+def _count(conn: pool.Connection) -> int:
     row = conn.execute("SELECT count(*) FROM subscription_charges").fetchone()
     assert row is not None
     return int(row[0])

@@ -26,6 +26,7 @@ from tests.e2e.test_charge_job import (
     subscription,
 )
 
+from finops.collection import charge_plan
 from finops.jobs import charges as job
 from finops_devenv import controlplane
 
@@ -55,7 +56,7 @@ def refresh_status_from_ledger(
     """Rewrite `status.costs` from what the ledger holds now, charging nothing: the job's own
     status path with a ledger pass that only reads (the sums a real run reads back)."""
 
-    def read_only(billed: Sequence[job.Billed]) -> job.LedgerResult:
+    def read_only(billed: Sequence[charge_plan.Billed]) -> job.LedgerResult:
         with psycopg.connect(dsn, autocommit=True) as conn:
             uids = [b.sub.uid for b in billed]
             settled = job.read_settled(conn, cluster=CLUSTER, scheduled=scheduled, uids=uids)

@@ -24,9 +24,6 @@ from typing import Protocol
 from finops.api import bodies, models
 from finops.billing import fees, money, ticks, usage
 
-Granularity = models.Granularity
-"""A bucket's span, as `status.costs[].granularity` names it."""
-
 
 class SettledCharge(Protocol):
     """A usage charge row as read back from the ledger or computed by the usage meters."""
@@ -72,7 +69,7 @@ class MeterCost:
 class CostBucket:
     """One `status.costs` entry."""
 
-    granularity: Granularity
+    granularity: models.Granularity
     start: dt.datetime
     end_exclusive: dt.datetime
     current: int = 0
@@ -95,15 +92,15 @@ class CostBucket:
         return body
 
 
-def windows(scheduled_at: dt.datetime) -> list[tuple[Granularity, dt.datetime, dt.datetime]]:
+def windows(scheduled_at: dt.datetime) -> list[tuple[models.Granularity, dt.datetime, dt.datetime]]:
     """The three half-open windows for a run scheduled at `scheduled_at` (truncated to the hour)."""
     anchor = ticks.floor_hour(scheduled_at)
     day = ticks.floor_day(anchor)
     month = ticks.month_index(anchor)
     return [
-        (Granularity.HOUR, anchor, anchor + ticks.HOUR),
-        (Granularity.DAY, day, day + ticks.DAY),
-        (Granularity.MONTH, ticks.month_start(month), ticks.month_start(month + 1)),
+        (models.Granularity.HOUR, anchor, anchor + ticks.HOUR),
+        (models.Granularity.DAY, day, day + ticks.DAY),
+        (models.Granularity.MONTH, ticks.month_start(month), ticks.month_start(month + 1)),
     ]
 
 
@@ -123,7 +120,7 @@ def build(
     anchor = ticks.floor_hour(scheduled_at)
     charges = list(usage_charges)
     for charge in charges:
-        if charge.source == usage.Meter.SUBSCRIPTION:
+        if charge.source == models.MeterName.SUBSCRIPTION:
             raise ValueError("pass usage charges only; the fee is computed from the FeeSchedule")
     fee_rows = None if settled_fees is None else list(settled_fees)
     order = {meter.value: i for i, meter in enumerate(usage.USAGE_METERS)}
@@ -137,7 +134,9 @@ def build(
         if fee_rows is not None:
             fee_current = _fee_sum(fee_rows, start, min(anchor, end))
         if fee_current or fee_projected:
-            breakdown.append(MeterCost(usage.Meter.SUBSCRIPTION.value, fee_current, fee_projected))
+            breakdown.append(
+                MeterCost(models.MeterName.SUBSCRIPTION.value, fee_current, fee_projected)
+            )
         per_meter: dict[str, int] = {}
         for charge in charges:
             hour = ticks.utc(charge.hour)

@@ -36,7 +36,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import cast
 
-from finops.api import bodies
+from finops.api import bodies, models
 from finops.billing import fees, money, periods, ticks, usage
 
 FOCUS_VERSION = "1.2"
@@ -249,9 +249,9 @@ def tags(charge: LedgerCharge) -> dict[str, str] | None:
 
 
 _PERIOD_UNITS = {
-    ticks.TickAlignment.HOUR_BOUNDARY: "Hour",
-    ticks.TickAlignment.DAY_BOUNDARY: "Day",
-    ticks.TickAlignment.MONTH_BOUNDARY: "Month",
+    models.TickAlignment.HOUR_BOUNDARY: "Hour",
+    models.TickAlignment.DAY_BOUNDARY: "Day",
+    models.TickAlignment.MONTH_BOUNDARY: "Month",
 }
 _DURATION_UNITS = {"h": "Hour", "m": "Minute", "s": "Second"}
 
@@ -266,7 +266,7 @@ def fee_terms(charge: LedgerCharge) -> fees.FeeSpec | None:
 
 def fee_unit(spec: fees.FeeSpec) -> str:
     """A fee's period as a FOCUS unit: `Hour`, `Day`, `Month`, `3 Months`, `90 Minutes`."""
-    if spec.tick_alignment is ticks.TickAlignment.ACTIVATED_AT:
+    if spec.tick_alignment is models.TickAlignment.ACTIVATED_AT:
         count, unit = int(spec.period[:-1]), _DURATION_UNITS[spec.period[-1]]
     else:
         count, unit = int(spec.period), _PERIOD_UNITS[spec.tick_alignment]
@@ -289,7 +289,7 @@ def _usage_prices(charge: LedgerCharge) -> tuple[Decimal, Decimal]:
     if charge.price_list is None:
         stored = units(charge.unit_price_micros)
         return stored, stored
-    meter = usage.Meter(charge.source)
+    meter = models.MeterName(charge.source)
     rate = usage.Rates.from_micros(charge.price_list.rates).for_meter(meter)
     margins = {m.meter: m.margin for m in _pricing(charge).meters}
     margined = margins.get(meter, usage.Margin()).apply(rate)

@@ -37,26 +37,22 @@ MICROSECONDS_PER_HOUR = 3_600_000_000
 ONE_MICROSECOND = dt.timedelta(microseconds=1)
 
 
-Meter = models.MeterName
-"""Meter names (the API's `MeterName`); `subscription` is the recurring fee."""
-
-
 # Meters that have a usage calculator, in the order charges and breakdowns list them.
-USAGE_METERS: tuple[Meter, ...] = (
-    Meter.CPU_HOUR,
-    Meter.GPU_HOUR,
-    Meter.RAM_GB_HOUR,
-    Meter.PV_GB_HOUR,
-    Meter.NETWORK_GB,
+USAGE_METERS: tuple[models.MeterName, ...] = (
+    models.MeterName.CPU_HOUR,
+    models.MeterName.GPU_HOUR,
+    models.MeterName.RAM_GB_HOUR,
+    models.MeterName.PV_GB_HOUR,
+    models.MeterName.NETWORK_GB,
 )
 
 # The PriceBook rate field that prices each usage meter.
-RATE_FIELD: dict[Meter, str] = {
-    Meter.CPU_HOUR: "cpuHour",
-    Meter.GPU_HOUR: "gpuHour",
-    Meter.RAM_GB_HOUR: "ramGbHour",
-    Meter.PV_GB_HOUR: "pvGbHour",
-    Meter.NETWORK_GB: "networkGiB",
+RATE_FIELD: dict[models.MeterName, str] = {
+    models.MeterName.CPU_HOUR: "cpuHour",
+    models.MeterName.GPU_HOUR: "gpuHour",
+    models.MeterName.RAM_GB_HOUR: "ramGbHour",
+    models.MeterName.PV_GB_HOUR: "pvGbHour",
+    models.MeterName.NETWORK_GB: "networkGiB",
 }
 
 
@@ -105,7 +101,7 @@ class Margin:
 class MeterPrice:
     """One `resourcePricing` entry: a usage meter and its margin."""
 
-    meter: Meter
+    meter: models.MeterName
     margin: Margin = Margin()
 
 
@@ -124,16 +120,16 @@ class UsagePricing:
         """Build from an Offering's raw `spec`."""
         pricing = spec.get("pricing") or {}
         entries: Sequence[bodies.Meter] = pricing.get("resourcePricing") or ()
-        seen: dict[Meter, MeterPrice] = {}
+        seen: dict[models.MeterName, MeterPrice] = {}
         for entry in entries:
             try:
-                meter = Meter(str(entry.get("name")))
+                meter = models.MeterName(str(entry.get("name")))
             except ValueError:
-                allowed = ", ".join(m.value for m in Meter)
+                allowed = ", ".join(m.value for m in models.MeterName)
                 raise ValueError(
                     f"resourcePricing[].name must be one of {allowed}, got {entry.get('name')!r}"
                 ) from None
-            if meter is Meter.SUBSCRIPTION or meter in seen:
+            if meter is models.MeterName.SUBSCRIPTION or meter in seen:
                 continue
             seen[meter] = MeterPrice(meter, Margin.from_dict(entry.get("margins")))
         return cls(tuple(seen.values()))
@@ -168,14 +164,14 @@ class Rates:
         """Parse a PriceBook's raw `spec.rates` (raises `money.RateParseError`)."""
         return cls.from_micros(money.parse_rates(spec.get("rates")))
 
-    def for_meter(self, meter: Meter) -> int:
+    def for_meter(self, meter: models.MeterName) -> int:
         """The rate pricing `meter`; 0 means the book has none set."""
         return {
-            Meter.CPU_HOUR: self.cpu_hour,
-            Meter.GPU_HOUR: self.gpu_hour,
-            Meter.RAM_GB_HOUR: self.ram_gb_hour,
-            Meter.PV_GB_HOUR: self.pv_gb_hour,
-            Meter.NETWORK_GB: self.network_gib,
+            models.MeterName.CPU_HOUR: self.cpu_hour,
+            models.MeterName.GPU_HOUR: self.gpu_hour,
+            models.MeterName.RAM_GB_HOUR: self.ram_gb_hour,
+            models.MeterName.PV_GB_HOUR: self.pv_gb_hour,
+            models.MeterName.NETWORK_GB: self.network_gib,
         }.get(meter, 0)
 
 

@@ -27,11 +27,10 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from finops.api import bodies, reasons, views
+from finops.api import bodies, models, reasons, views
 from finops.billing import buckets, fees, sources, ticks, usage
 
 FINALIZER = "subscriptions.finops.stakater.com/finalizer"
-HOUR = ticks.HOUR
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
 # Storage precision of a usage quantity (the ledger's `numeric`); amounts are exact micros.
 QUANTITY_PLACES = 12
@@ -164,22 +163,20 @@ def charge_window(
     scheduled = ticks.floor_hour(scheduled)
     start = ticks.floor_hour(terms.interval.activated_at)
     if watermark is not None:
-        start = max(start, ticks.floor_hour(watermark) + HOUR)
-    end = scheduled + HOUR
+        start = max(start, ticks.floor_hour(watermark) + ticks.HOUR)
+    end = scheduled + ticks.HOUR
     last = terms.last_hour()
     if last is not None:
-        end = min(end, last + HOUR)
+        end = min(end, last + ticks.HOUR)
     return (start, end) if start < end else None
 
 
 # ---------------------------------------------------------------- status.costs
 
 
-CostsReason = reasons.CostsReason
-COSTS_RESOLVED = reasons.ConditionType.COSTS_RESOLVED
-COSTS_MESSAGES: dict[CostsReason, str] = {
-    CostsReason.FROM_DB: "status.costs aggregated from the charge rows in PostgreSQL",
-    CostsReason.FROM_CALCULATOR: (
+COSTS_MESSAGES: dict[reasons.CostsReason, str] = {
+    reasons.CostsReason.FROM_DB: "status.costs aggregated from the charge rows in PostgreSQL",
+    reasons.CostsReason.FROM_CALCULATOR: (
         "status.costs computed by the fee calculator: the charge ledger could not be read, "
         "so usage is not included"
     ),
@@ -196,7 +193,7 @@ def ledger_windows(scheduled: dt.datetime) -> list[tuple[dt.datetime, dt.datetim
     anchor = ticks.floor_hour(scheduled)
     day = ticks.floor_day(anchor)
     month = ticks.floor_month(anchor)
-    return [(month, day), (day, anchor), (anchor, anchor + HOUR)]
+    return [(month, day), (day, anchor), (anchor, anchor + ticks.HOUR)]
 
 
 def settled_charges(
@@ -217,7 +214,7 @@ def settled_charges(
 
 def costs(
     scheduled: dt.datetime, terms: Terms, settled: Sequence[buckets.Charge] | None
-) -> tuple[list[bodies.CostBucket], CostsReason]:
+) -> tuple[list[bodies.CostBucket], reasons.CostsReason]:
     """The three `status.costs` buckets and their `CostsResolved` reason.
 
     `settled` is what the ledger holds (`settled_charges`): every `current`, the fee's
@@ -226,15 +223,15 @@ def costs(
     """
     if settled is None:
         built = buckets.build(scheduled, terms.fee, ())
-        return buckets.to_status(built), CostsReason.FROM_CALCULATOR
-    fee = usage.Meter.SUBSCRIPTION.value
+        return buckets.to_status(built), reasons.CostsReason.FROM_CALCULATOR
+    fee = models.MeterName.SUBSCRIPTION.value
     built = buckets.build(
         scheduled,
         terms.fee,
         [c for c in settled if c.source != fee],
         settled_fees=[c for c in settled if c.source == fee],
     )
-    return buckets.to_status(built), CostsReason.FROM_DB
+    return buckets.to_status(built), reasons.CostsReason.FROM_DB
 
 
 # ---------------------------------------------------------------- the finalizer

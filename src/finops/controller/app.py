@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import lightkube
+from lightkube.resources import batch_v1, core_v1
 
 from finops.api import bodies
 from finops.controller import (
@@ -77,7 +78,7 @@ def owner_costjob(obj: dict[str, Any]) -> Key | None:
     """The CostJob controlling an owned CronJob/Secret."""
     meta = obj.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == costjob.KIND and ref.get("controller"):
+        if ref.get("kind") == costjobs.KIND and ref.get("controller"):
             return ("CostJob", str(meta.get("namespace") or ""), str(ref.get("name")))
     return None
 
@@ -152,8 +153,8 @@ class Manager:
             self.pricebooks,
             self.costjobs,
             self.providers,
-            watch.Source(client, kube_client.CronJob, self._on_owned, watch.raw, labels=owned),
-            watch.Source(client, kube_client.Secret, self._on_owned, watch.raw, labels=owned),
+            watch.Source(client, batch_v1.CronJob, self._on_owned, watch.raw, labels=owned),
+            watch.Source(client, core_v1.Secret, self._on_owned, watch.raw, labels=owned),
         ]
 
     def enqueue(self, key: Key) -> None:

@@ -17,7 +17,7 @@ import collections
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-from finops.api import bodies
+from finops.api import bodies, views
 from finops.hierarchy import family, offerings, refs
 
 B = TypeVar("B", bodies.Offering, bodies.Subscription)
@@ -31,7 +31,7 @@ class Index(Generic[B]):
 
     def __init__(self, values: Callable[[B], Iterable[Hashable]]) -> None:
         self.values: Callable[[B], Iterable[Hashable]] = values
-        self._keys: dict[Hashable, set[refs.Key]] = collections.defaultdict(set)
+        self._keys: dict[Hashable, set[views.Key]] = collections.defaultdict(set)
 
     def update(self, old: B | None, new: B | None) -> None:
         """Move one object from the values it had to the values it has."""
@@ -48,7 +48,7 @@ class Index(Generic[B]):
             for value in set(self.values(new)):
                 self._keys[value].add(key)
 
-    def keys(self, value: Hashable) -> set[refs.Key]:
+    def keys(self, value: Hashable) -> set[views.Key]:
         return set(self._keys.get(value, ()))
 
 
@@ -57,12 +57,12 @@ def _root(obj: bodies.Subscription) -> list[str]:
     return [root] if root else []
 
 
-def _parent(obj: bodies.Subscription) -> list[refs.Key]:
+def _parent(obj: bodies.Subscription) -> list[views.Key]:
     up = family.parent_key(obj)
     return [up] if up is not None else []
 
 
-def _offering(obj: bodies.Subscription) -> list[refs.Key]:
+def _offering(obj: bodies.Subscription) -> list[views.Key]:
     key = family.offering_key(obj)
     return [key] if key is not None else []
 
@@ -95,7 +95,7 @@ class Caches:
     def offering_changed(self, old: bodies.Offering | None, new: bodies.Offering | None) -> None:
         self.requirers.update(old, new)
 
-    def _subs(self, keys: Iterable[refs.Key]) -> list[bodies.Subscription]:
+    def _subs(self, keys: Iterable[views.Key]) -> list[bodies.Subscription]:
         found = (self.subscriptions.get(k) for k in sorted(keys))
         return [s for s in found if s is not None]
 
@@ -103,12 +103,12 @@ class Caches:
         """The family index as `family.Members`."""
         return self._subs(self.roots.keys(root))
 
-    def children(self, parent: refs.Key) -> list[bodies.Subscription]:
+    def children(self, parent: views.Key) -> list[bodies.Subscription]:
         """The parent index as `family.Children`."""
         return self._subs(self.parents.keys(parent))
 
-    def offering(self, key: refs.Key) -> bodies.Offering | None:
+    def offering(self, key: views.Key) -> bodies.Offering | None:
         return self.offerings.get(key)
 
-    def subscription(self, key: refs.Key) -> bodies.Subscription | None:
+    def subscription(self, key: views.Key) -> bodies.Subscription | None:
         return self.subscriptions.get(key)

@@ -18,6 +18,7 @@ import datetime as dt
 import logging
 
 import lightkube
+from lightkube.resources import batch_v1, core_v1
 
 from finops.api import bodies, conditions, reasons
 from finops.controller import config
@@ -28,7 +29,6 @@ from finops.provisioning import costjobs
 log = logging.getLogger(__name__)
 
 CONTROLLER = "costjob-controller"
-KIND = costjobs.KIND
 
 # Timeout fields copied onto the pod when set (databaseViewsRefreshTimeout does nothing).
 
@@ -70,8 +70,8 @@ class Reconciler:
         ns, name = costjob["metadata"]["namespace"], costjob["metadata"]["name"]
         removed = False
         for res, obj_name in (
-            (kube_client.CronJob, costjobs.cronjob_name(name)),
-            (kube_client.Secret, costjobs.secret_name(name)),
+            (batch_v1.CronJob, costjobs.cronjob_name(name)),
+            (core_v1.Secret, costjobs.secret_name(name)),
         ):
             existing = await kube_client.get_or_none(self.client, res, obj_name, ns)
             if existing is not None and costjobs.owned_by(existing, costjob):
@@ -87,10 +87,10 @@ class Reconciler:
         desired = costjobs.desired_secret(costjob, self.settings)
         meta = desired["metadata"]
         existing = await kube_client.get_or_none(
-            self.client, kube_client.Secret, meta["name"], meta["namespace"]
+            self.client, core_v1.Secret, meta["name"], meta["namespace"]
         )
         if existing is None:
-            await kube_client.create(self.client, kube_client.Secret, desired)
+            await kube_client.create(self.client, core_v1.Secret, desired)
             return
         e_meta = existing.get("metadata") or {}
         if (
@@ -101,17 +101,17 @@ class Reconciler:
             return
         body = copy.deepcopy(desired)
         body["metadata"]["resourceVersion"] = e_meta["resourceVersion"]
-        await kube_client.replace(self.client, kube_client.Secret, body)
+        await kube_client.replace(self.client, core_v1.Secret, body)
 
     async def _ensure_cronjob(self, costjob: bodies.CostJob) -> None:
         desired = costjobs.desired_cronjob(costjob, self.settings)
         meta = desired["metadata"]
         schedule = desired.get("spec", {}).get("schedule")
         existing = await kube_client.get_or_none(
-            self.client, kube_client.CronJob, meta["name"], meta["namespace"]
+            self.client, batch_v1.CronJob, meta["name"], meta["namespace"]
         )
         if existing is None:
-            await kube_client.create(self.client, kube_client.CronJob, desired)
+            await kube_client.create(self.client, batch_v1.CronJob, desired)
             await events.record(
                 self.client,
                 costjob,
@@ -123,10 +123,10 @@ class Reconciler:
         body = copy.deepcopy(desired)
         body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
         # Server defaults are not a difference: compare against what a PUT would store.
-        candidate = await kube_client.replace(self.client, kube_client.CronJob, body, dry_run=True)
+        candidate = await kube_client.replace(self.client, batch_v1.CronJob, body, dry_run=True)
         if not costjobs.cronjob_differs(existing, candidate):
             return
-        await kube_client.replace(self.client, kube_client.CronJob, body)
+        await kube_client.replace(self.client, batch_v1.CronJob, body)
         await events.record(
             self.client,
             costjob,

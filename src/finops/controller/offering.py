@@ -20,7 +20,7 @@ import logging
 
 import lightkube
 
-from finops.api import bodies
+from finops.api import bodies, views
 from finops.controller import caches as caches_
 from finops.controller import ledger_mirror
 from finops.hierarchy import offerings, refs
@@ -53,7 +53,7 @@ class Reconciler:
 
     async def reconcile(self, key: tuple[str, str, str]) -> float | None:
         _, namespace, name = key
-        obj = self.caches.offering(refs.Key(namespace, name))
+        obj = self.caches.offering(views.Key(namespace, name))
         if obj is None:
             self.backoff.succeeded(key)
             return None

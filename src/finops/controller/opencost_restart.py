@@ -10,6 +10,7 @@ import datetime as dt
 import logging
 
 import lightkube
+from lightkube.resources import apps_v1
 
 from finops.api import conditions
 from finops.controller import config, metrics
@@ -40,7 +41,7 @@ async def restart(client: lightkube.AsyncClient, settings: config.Settings, caus
     try:
         await kube_client.merge_patch(
             client,
-            kube_client.Deployment,
+            apps_v1.Deployment,
             settings.opencost_deployment_name,
             restart_patch(dt.datetime.now(dt.UTC)),
             namespace=settings.opencost_namespace,

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Mapping
 
 import lightkube
+from lightkube.resources import core_v1
 
 from finops.api import bodies, reasons
 from finops.controller import config, opencost_restart
@@ -87,11 +88,11 @@ class Reconciler:
         text = opencost_document.serialize(document)
         ns = self.settings.opencost_namespace
         name = opencost_document.CONFIGMAP_NAME
-        current = await kube_client.get_or_none(self.client, kube_client.ConfigMap, name, ns)
+        current = await kube_client.get_or_none(self.client, core_v1.ConfigMap, name, ns)
         if current is None:
             await kube_client.create(
                 self.client,
-                kube_client.ConfigMap,
+                core_v1.ConfigMap,
                 {
                     "apiVersion": "v1",
                     "kind": "ConfigMap",
@@ -105,7 +106,7 @@ class Reconciler:
             return False
         await kube_client.merge_patch(
             self.client,
-            kube_client.ConfigMap,
+            core_v1.ConfigMap,
             name,
             {
                 "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},

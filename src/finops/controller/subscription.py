@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 import lightkube
 from lightkube.resources import core_v1
 
-from finops.api import bodies
+from finops.api import bodies, views
 from finops.api.reasons import Reason
 from finops.controller import caches as caches_
 from finops.controller import ledger_mirror, written
@@ -115,7 +115,7 @@ class Reconciler:
 
     async def reconcile(self, key: tuple[str, str, str]) -> float | None:
         _, namespace, name = key
-        sub = self.lookup(refs.Key(namespace, name))
+        sub = self.lookup(views.Key(namespace, name))
         if sub is None:
             self.read_backoff.succeeded(key)
             self.mirror_backoff.succeeded(key)
@@ -133,7 +133,7 @@ class Reconciler:
             raise
         return soonest(delay, await self._mirror(key, sub))
 
-    def lookup(self, key: refs.Key) -> bodies.Subscription | None:
+    def lookup(self, key: views.Key) -> bodies.Subscription | None:
         """A Subscription from the watch cache, or as we just wrote it if that is newer."""
         return self.fresh.latest(self.caches.subscription(key))
 

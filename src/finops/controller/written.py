@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from finops.api import bodies
+from finops.api import bodies, views
 from finops.hierarchy import refs
 
 
@@ -38,7 +38,7 @@ class Written:
         project: Callable[[Mapping[str, object]], bodies.Subscription] = bodies.as_subscription,
     ) -> None:
         """`project` is the watch store's projection, so an answer has the cache's shape."""
-        self._entries: dict[refs.Key, _Entry] = {}
+        self._entries: dict[views.Key, _Entry] = {}
         self.project = project
 
     def __len__(self) -> int:

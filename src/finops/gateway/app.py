@@ -32,9 +32,11 @@ from finops.gateway import budgets as budget_views
 from finops.gateway import dashboard, focus_export, params, statements
 from finops.kube import client as kube_client
 from finops.kube import reviews
-from finops.store import pool, reads
+from finops.store import focus, pool, reads
 
 log = logging.getLogger(__name__)
+READ_FAILURES: tuple[type[Exception], ...] = (focus.LedgerReadError, *pool.BUSY)
+"""A ledger read that failed: the query, or no pooled connection in time."""
 
 PORT_ENV = "PORT"
 DSN_ENV = "PG_CONNECTION_STRING"
@@ -141,7 +143,7 @@ def _focus_handler(
         )
         try:
             head = await run_in_threadpool(next, body)
-        except (focus_export.LedgerReadError, pool.PoolTimeout) as exc:
+        except READ_FAILURES as exc:
             reason = pool.redact(str(exc).strip() or type(exc).__name__, settings.dsn)
             log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), reason)
             return params.error(503, "the ledger is unavailable")

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TypeVar
 
-from finops.api import bodies
+from finops.api import bodies, views
 from finops.api.reasons import Reason
 from finops.hierarchy import offerings, refs, subscriptions
 
@@ -54,7 +54,7 @@ def offering_create(
     table = {refs.key_of(o): o for o in existing}
     table[me] = obj
 
-    def requires(key: refs.Key) -> list[refs.Key] | None:
+    def requires(key: views.Key) -> list[views.Key] | None:
         found = table.get(key)
         return None if found is None else offerings.requirements(found)
 

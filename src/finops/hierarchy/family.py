@@ -25,11 +25,11 @@ Members = Callable[[str], Iterable[bodies.Subscription]]
 """The Subscriptions whose `status.compatibilityRoot` is the given uid (the family index)."""
 
 
-def parent_key(sub: bodies.Subscription) -> refs.Key | None:
+def parent_key(sub: bodies.Subscription) -> views.Key | None:
     return views.SubscriptionView.parse(sub).parent
 
 
-def offering_key(sub: bodies.Subscription) -> refs.Key | None:
+def offering_key(sub: bodies.Subscription) -> views.Key | None:
     return views.SubscriptionView.parse(sub).offering
 
 
@@ -85,9 +85,9 @@ def resolve_root(sub: bodies.Subscription, lookup: refs.Lookup[bodies.Subscripti
         current = found
 
 
-def subtree(sub: bodies.Subscription, members: Iterable[bodies.Subscription]) -> set[refs.Key]:
+def subtree(sub: bodies.Subscription, members: Iterable[bodies.Subscription]) -> set[views.Key]:
     """The Subscription's own key and those of all its descendants among `members`."""
-    children: dict[refs.Key, list[refs.Key]] = collections.defaultdict(list)
+    children: dict[views.Key, list[views.Key]] = collections.defaultdict(list)
     for member in members:
         up = parent_key(member)
         if up is not None:
@@ -115,9 +115,9 @@ def coverage_candidates(
 
 def uncovered(
     sub: bodies.Subscription,
-    required: Sequence[refs.Key],
+    required: Sequence[views.Key],
     members: Iterable[bodies.Subscription],
-) -> refs.Key | None:
+) -> views.Key | None:
     """The first required Offering no active candidate binds, or None when all are covered."""
     if not required:
         return None
@@ -126,9 +126,9 @@ def uncovered(
     return next((req for req in required if req not in bound), None)
 
 
-def coverage_message(required: refs.Key) -> str:
+def coverage_message(required: views.Key) -> str:
     return f"required offering {required} not covered by an active subscription in the family"
 
 
-Children = Callable[[refs.Key], Iterable[bodies.Subscription]]
+Children = Callable[[views.Key], Iterable[bodies.Subscription]]
 """The Subscriptions whose `spec.parent` names the given key (the parent index)."""

@@ -20,7 +20,7 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import cast
 
-from finops.api import bodies, conditions
+from finops.api import bodies, conditions, views
 from finops.api.reasons import ConditionType, EventReason, EventType, Reason
 from finops.hierarchy import refs
 from finops.pricing import resolve
@@ -29,25 +29,25 @@ FINALIZER = "offerings.finops.stakater.com/finalizer"
 PUBLISHED = "requirements resolved and pricing published"
 
 
-def requirements(offering: bodies.Offering) -> list[refs.Key]:
+def requirements(offering: bodies.Offering) -> list[views.Key]:
     """`spec.compatibility.requiredOfferings` as keys, in declared order."""
     compatibility = offering.get("spec", {}).get("compatibility") or {}
-    found = (refs.ref_key(r) for r in compatibility.get("requiredOfferings") or ())
+    found = (views.ref_key(r) for r in compatibility.get("requiredOfferings") or ())
     return [k for k in found if k is not None]
 
 
 class UnreadableOfferingError(Exception):
     """The graph walk met an Offering it could not read (a transient failure)."""
 
-    def __init__(self, key: refs.Key, message: str) -> None:
+    def __init__(self, key: views.Key, message: str) -> None:
         self.key = key
         self.message = message
         super().__init__(f"reading offering {key}: {message}")
 
 
 def find_cycle(
-    start: refs.Key, requires: Callable[[refs.Key], Sequence[refs.Key] | None]
-) -> list[refs.Key] | None:
+    start: views.Key, requires: Callable[[views.Key], Sequence[views.Key] | None]
+) -> list[views.Key] | None:
     """Depth-first from `start`: the path up to the first requirement that re-enters it.
 
     `requires(key)` gives an Offering's requirements, or None when it does not exist; missing
@@ -60,8 +60,8 @@ def find_cycle(
         return None
     path = [start]
     on_path = {start}
-    finished: set[refs.Key] = set()
-    pending: list[Iterator[refs.Key]] = [iter(first)]
+    finished: set[views.Key] = set()
+    pending: list[Iterator[views.Key]] = [iter(first)]
     while pending:
         nxt = next(pending[-1], None)
         if nxt is None:
@@ -84,17 +84,17 @@ def find_cycle(
     return None
 
 
-def cycle_message(path: Sequence[refs.Key]) -> str:
+def cycle_message(path: Sequence[views.Key]) -> str:
     """How a cycle is reported, on the condition and at admission alike."""
     return "circular dependency detected: " + " -> ".join(str(k) for k in path)
 
 
 def _walker(
     offering: bodies.Offering, lookup: refs.Lookup[bodies.Offering]
-) -> Callable[[refs.Key], Sequence[refs.Key] | None]:
+) -> Callable[[views.Key], Sequence[views.Key] | None]:
     me = refs.key_of(offering)
 
-    def requires(key: refs.Key) -> Sequence[refs.Key] | None:
+    def requires(key: views.Key) -> Sequence[views.Key] | None:
         if key == me:
             return requirements(offering)
         found = lookup(key)
@@ -202,8 +202,8 @@ def readiness_conditions(check: Check) -> tuple[conditions.Condition, conditions
 class Dependents:
     """Who still points at an Offering."""
 
-    subscriptions: tuple[refs.Key, ...]
-    offerings: tuple[refs.Key, ...]
+    subscriptions: tuple[views.Key, ...]
+    offerings: tuple[views.Key, ...]
 
     def __bool__(self) -> bool:
         return bool(self.subscriptions or self.offerings)
@@ -219,7 +219,7 @@ class Dependents:
 
 
 def dependents(
-    key: refs.Key,
+    key: views.Key,
     subscriptions: Iterable[bodies.Subscription],
     offerings: Iterable[bodies.Offering],
 ) -> Dependents:
@@ -228,7 +228,7 @@ def dependents(
     subs = sorted(
         refs.key_of(s)
         for s in subscriptions
-        if refs.ref_key(s.get("spec", {}).get("offeringRef")) == key
+        if views.ref_key(s.get("spec", {}).get("offeringRef")) == key
     )
     offs = sorted(
         refs.key_of(o)

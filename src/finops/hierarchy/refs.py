@@ -13,9 +13,6 @@ from typing import TypeAlias, TypeVar
 
 from finops.api import bodies, conditions, views
 
-Key = views.Key
-"""An object's namespace and name (shared with the Subscription view)."""
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReadError:
@@ -29,7 +26,7 @@ B = TypeVar("B", bound=bodies.Object)
 Observed: TypeAlias = B | ReadError | None
 """The result of reading one object: the body, a failed read, or None for not found."""
 
-Lookup: TypeAlias = Callable[[Key], Observed[B]]
+Lookup: TypeAlias = Callable[[views.Key], Observed[B]]
 """How a decision reads other objects of one kind by key (usually the watch cache)."""
 
 
@@ -42,12 +39,9 @@ class Event:
     message: str
 
 
-def key_of(obj: bodies.Object) -> Key:
+def key_of(obj: bodies.Object) -> views.Key:
     meta = obj.get("metadata") or {}
-    return Key(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-
-
-ref_key = views.ref_key
+    return views.Key(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 def uid_of(obj: bodies.Object) -> str:
@@ -76,5 +70,5 @@ def timestamp(now: dt.datetime) -> str:
     return conditions.rfc3339(now)
 
 
-def joined(keys: Iterable[Key]) -> str:
+def joined(keys: Iterable[views.Key]) -> str:
     return ", ".join(str(k) for k in keys)

@@ -90,7 +90,7 @@ def targets_itself(sub: bodies.Subscription, namespace: str | None = None) -> bo
 def names_itself_as_parent(sub: bodies.Subscription, namespace: str | None = None) -> bool:
     me = refs.key_of(sub)
     if namespace is not None:
-        me = refs.Key(namespace, me.name)
+        me = views.Key(namespace, me.name)
     return family.parent_key(sub) == me
 
 
@@ -575,7 +575,7 @@ class Fanout:
     Subscription whose `spec.parent` names `parent` (children not stamped yet)."""
 
     root: str | None
-    parent: refs.Key
+    parent: views.Key
 
 
 def fanout(old: bodies.Subscription | None, new: bodies.Subscription | None) -> Fanout | None:
@@ -599,7 +599,7 @@ def fanout(old: bodies.Subscription | None, new: bodies.Subscription | None) -> 
     return None
 
 
-def requeue(change: Fanout, members: family.Members, children: family.Children) -> set[refs.Key]:
+def requeue(change: Fanout, members: family.Members, children: family.Children) -> set[views.Key]:
     """The keys a fan-out reaches through the two indexes."""
     found = {refs.key_of(m) for m in members(change.root)} if change.root else set()
     found.update(refs.key_of(c) for c in children(change.parent))

@@ -197,10 +197,10 @@ async def _elect_book(kube: AsyncClient, settings: _Settings) -> _Book:
     return _Book.of(source.book)
 
 
-async def _open_ledger(settings: _Settings) -> unit.Connection:
+async def _open_ledger(settings: _Settings) -> pool.Connection:
     """An autocommit session (each unit of work below is a real transaction), migrated."""
     init_seconds = max(1, int(settings.timeouts.database_init.total_seconds()))
-    conn: unit.Connection = await _bounded(
+    conn: pool.Connection = await _bounded(
         "connecting to PostgreSQL",
         settings.timeouts.database_init,
         "databaseInitTimeout",
@@ -215,7 +215,7 @@ async def _open_ledger(settings: _Settings) -> unit.Connection:
 
 
 def _hours_to_collect(
-    conn: unit.Connection, settings: _Settings, book: _Book
+    conn: pool.Connection, settings: _Settings, book: _Book
 ) -> list[plan.HourWork]:
     """The lookback hours not yet final, then the scheduled hour."""
     scheduled, lookback = settings.scheduled, settings.lookback
@@ -236,7 +236,7 @@ def _hours_to_collect(
 
 
 async def _stream(
-    conn: unit.Connection,
+    conn: pool.Connection,
     settings: _Settings,
     book: _Book,
     work: list[plan.HourWork],
@@ -295,7 +295,7 @@ def _timed(
     return job
 
 
-def _open_stream(conn: unit.Connection, settings: _Settings, book: _Book) -> int:
+def _open_stream(conn: pool.Connection, settings: _Settings, book: _Book) -> int:
     """The PriceBook's ledger row and an empty stream table, inside the run's transaction."""
     store_allocations.open_stream(conn)
     return store_allocations.ensure_pricebook(
@@ -311,7 +311,7 @@ def _open_stream(conn: unit.Connection, settings: _Settings, book: _Book) -> int
 
 
 async def _stage_hour(
-    conn: unit.Connection,
+    conn: pool.Connection,
     oc: opencost_client.OpenCostClient,
     settings: _Settings,
     hour: plan.HourWork,
@@ -336,7 +336,7 @@ def _ignore(_: object) -> None:
     pass
 
 
-def _finalize(conn: unit.Connection, settings: _Settings) -> int:
+def _finalize(conn: pool.Connection, settings: _Settings) -> int:
     """Rows of earlier hours still open become final, in their own unit of work."""
     with unit.begin(conn) as work:
         count = store_allocations.finalize_before(

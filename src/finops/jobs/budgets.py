@@ -57,7 +57,7 @@ class _Step:
     """The fixed inputs of one evaluation step."""
 
     client: AsyncClient
-    conn: unit.Connection
+    conn: pool.Connection
     cluster: str
     scheduled: dt.datetime
     now: dt.datetime

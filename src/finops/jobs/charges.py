@@ -31,7 +31,7 @@ from typing import Any, TypeVar, cast
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
-from finops.api import bodies, conditions
+from finops.api import bodies, conditions, reasons
 from finops.billing import buckets, periods
 from finops.collection import charge_plan, charges, plan, rechecks
 from finops.jobs import budgets as budget_job
@@ -49,11 +49,6 @@ log = logging.getLogger("finops.jobs.charges")
 
 KUBE_CONCURRENCY = 16
 T = TypeVar("T")
-
-
-Billed = charge_plan.Billed
-"""What the ledger pass charges (defined with the pure plan; named here for callers of
-`collect` that bring their own ledger pass)."""
 
 
 @dataclasses.dataclass
@@ -74,7 +69,7 @@ class LedgerResult:
 
 
 def _read(
-    conn: unit.Connection,
+    conn: pool.Connection,
     cluster: str,
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
@@ -102,7 +97,7 @@ def _read(
 
 
 def _write(
-    conn: unit.Connection,
+    conn: pool.Connection,
     cluster: str,
     tables: charge_plan.Tables,
     scheduled: dt.datetime,
@@ -120,7 +115,7 @@ def _write(
 
 
 def read_settled(
-    conn: unit.Connection, *, cluster: str, scheduled: dt.datetime, uids: Sequence[str]
+    conn: pool.Connection, *, cluster: str, scheduled: dt.datetime, uids: Sequence[str]
 ) -> dict[str, list[buckets.Charge]]:
     """What the ledger holds for each Subscription's three buckets, fee rows included: on the
     `FromDB` path every `current` is this sum, never a recomputation."""
@@ -130,7 +125,7 @@ def read_settled(
 
 
 def charge(
-    conn: unit.Connection,
+    conn: pool.Connection,
     *,
     cluster: str,
     scheduled: dt.datetime,
@@ -217,11 +212,11 @@ def _describe(exc: BaseException) -> str:
 
 
 def _costs_changes(
-    costs: list[bodies.CostBucket], reason: charges.CostsReason, now: dt.datetime
+    costs: list[bodies.CostBucket], reason: reasons.CostsReason, now: dt.datetime
 ) -> list[status.Change]:
     """Fresh buckets and `CostsResolved` (nothing is written when both are as they were)."""
     resolved = conditions.Condition(
-        charges.COSTS_RESOLVED, "True", reason.value, charges.COSTS_MESSAGES[reason]
+        reasons.ConditionType.COSTS_RESOLVED, "True", reason.value, charges.COSTS_MESSAGES[reason]
     )
     return [status.set_fields({"costs": costs}), status.set_condition(resolved, now)]
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from finops.billing import money, periods, ticks
 from finops.collection import charge_plan, rechecks
-from finops.store import charge_sql, unit
+from finops.store import charge_sql, pool, unit
 from finops.store import periods as store_periods
 
 log = logging.getLogger("finops.jobs.periods")
@@ -34,7 +34,7 @@ class Settled:
 
 
 def settle(
-    conn: unit.Connection,
+    conn: pool.Connection,
     *,
     cluster: str,
     calendar: periods.Calendar,
@@ -74,7 +74,7 @@ def settle(
 
 
 def _plan(
-    conn: unit.Connection,
+    conn: pool.Connection,
     cluster: str,
     closed: rechecks.Closed | None,
     scheduled: dt.datetime,
@@ -89,7 +89,7 @@ def _plan(
 
 
 def _correct(
-    conn: unit.Connection,
+    conn: pool.Connection,
     cluster: str,
     closed: rechecks.Closed | None,
     plan: rechecks.Rechecks,

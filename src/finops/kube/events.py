@@ -15,6 +15,7 @@ import logging
 from collections.abc import Mapping
 
 import lightkube
+from lightkube.resources import core_v1
 
 from finops.api import bodies, conditions
 from finops.kube import client as kube_client
@@ -81,7 +82,7 @@ async def post_once(
     namespace = (involved.get("metadata") or {}).get("namespace") or "default"
     body["metadata"] = {"name": name, "namespace": namespace}
     try:
-        await kube_client.create(client, kube_client.Event, body)
+        await kube_client.create(client, core_v1.Event, body)
     except lightkube.ApiError as exc:
         if kube_client.status_code(exc) != 409:
             raise
@@ -91,7 +92,7 @@ async def post_once(
 
 async def _post(client: lightkube.AsyncClient, body: Mapping[str, object]) -> None:
     try:
-        await kube_client.create(client, kube_client.Event, body)
+        await kube_client.create(client, core_v1.Event, body)
     except Exception as exc:  # best effort by design
         log.warning("could not record event", extra={"reason": body["reason"], "error": str(exc)})
 

@@ -63,7 +63,7 @@ async def _patch(
         str(meta.get("name")),
         ops,
         namespace=str(meta.get("namespace")),
-        patch_type=kube_client.PatchType.JSON,
+        patch_type=lightkube.types.PatchType.JSON,
     )
     return cast(Body, kube_client.to_dict(written))
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import lightkube
+from lightkube.resources import coordination_v1
 
 from finops.kube import client as kube_client
 
@@ -95,7 +96,7 @@ class LeaderElector:
     async def _contend(self) -> bool:
         now = dt.datetime.now(dt.UTC)
         lease = await kube_client.get_or_none(
-            self.client, kube_client.Lease, self.name, self.namespace
+            self.client, coordination_v1.Lease, self.name, self.namespace
         )
         if lease is None:
             spec: dict[str, Any] = {
@@ -106,7 +107,7 @@ class LeaderElector:
                 "leaseTransitions": 0,
             }
             try:
-                await kube_client.create(self.client, kube_client.Lease, self._lease_body(spec))
+                await kube_client.create(self.client, coordination_v1.Lease, self._lease_body(spec))
             except lightkube.ApiError as exc:
                 if kube_client.status_code(exc) == 409:
                     return False
@@ -141,7 +142,7 @@ class LeaderElector:
         }
         try:
             await kube_client.replace(
-                self.client, kube_client.Lease, self._lease_body(new_spec, meta)
+                self.client, coordination_v1.Lease, self._lease_body(new_spec, meta)
             )
         except lightkube.ApiError as exc:
             if kube_client.status_code(exc) == 409:
@@ -215,7 +216,7 @@ class LeaderElector:
             return
         self.is_leader = False
         lease = await kube_client.get_or_none(
-            self.client, kube_client.Lease, self.name, self.namespace
+            self.client, coordination_v1.Lease, self.name, self.namespace
         )
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
             return
@@ -229,7 +230,9 @@ class LeaderElector:
             "resourceVersion": lease["metadata"]["resourceVersion"],
         }
         try:
-            await kube_client.replace(self.client, kube_client.Lease, self._lease_body(spec, meta))
+            await kube_client.replace(
+                self.client, coordination_v1.Lease, self._lease_body(spec, meta)
+            )
             log.info("released leadership", extra={"lease": f"{self.namespace}/{self.name}"})
         except lightkube.ApiError as exc:
             log.warning("could not release lease", extra={"error": str(exc)})

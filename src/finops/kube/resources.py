@@ -11,14 +11,16 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 
 from finops.api import models
 
-GROUP, VERSION = models.GROUP, models.VERSION
-
-FinOpsProvider: Any = create_global_resource(GROUP, VERSION, "FinOpsProvider", "finopsproviders")
-PriceBook: Any = create_namespaced_resource(GROUP, VERSION, "PriceBook", "pricebooks")
-CostJob: Any = create_namespaced_resource(GROUP, VERSION, "CostJob", "costjobs")
-Offering: Any = create_namespaced_resource(GROUP, VERSION, "Offering", "offerings")
-Subscription: Any = create_namespaced_resource(GROUP, VERSION, "Subscription", "subscriptions")
-Budget: Any = create_namespaced_resource(GROUP, VERSION, "Budget", "budgets")
+FinOpsProvider: Any = create_global_resource(
+    models.GROUP, models.VERSION, "FinOpsProvider", "finopsproviders"
+)
+PriceBook: Any = create_namespaced_resource(models.GROUP, models.VERSION, "PriceBook", "pricebooks")
+CostJob: Any = create_namespaced_resource(models.GROUP, models.VERSION, "CostJob", "costjobs")
+Offering: Any = create_namespaced_resource(models.GROUP, models.VERSION, "Offering", "offerings")
+Subscription: Any = create_namespaced_resource(
+    models.GROUP, models.VERSION, "Subscription", "subscriptions"
+)
+Budget: Any = create_namespaced_resource(models.GROUP, models.VERSION, "Budget", "budgets")
 
 # Multi Tenant Operator's bundled OpenCost (patched by the FinOpsProvider reconciler in MTO mode).
 OpenCost: Any = create_namespaced_resource(

@@ -28,9 +28,6 @@ DEFAULT_CONCURRENCY = 4
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
 
-_TIMEOUT_FIELDS = timeouts.BY_ATTRIBUTE
-
-
 def _duration_setting(
     field: timeouts.Timeout, spec: Mapping[str, object], env: Mapping[str, str]
 ) -> dt.timedelta:
@@ -64,17 +61,19 @@ class Timeouts:
     `http_client` is carried for compatibility and bounds nothing, as in the reference.
     """
 
-    database_init: dt.timedelta = _TIMEOUT_FIELDS["database_init"].default
-    kubernetes_operation: dt.timedelta = _TIMEOUT_FIELDS["kubernetes_operation"].default
-    opencost_fetch: dt.timedelta = _TIMEOUT_FIELDS["opencost_fetch"].default
-    database_insert: dt.timedelta = _TIMEOUT_FIELDS["database_insert"].default
-    status_update: dt.timedelta = _TIMEOUT_FIELDS["status_update"].default
-    http_client: dt.timedelta = _TIMEOUT_FIELDS["http_client"].default
+    database_init: dt.timedelta = timeouts.BY_ATTRIBUTE["database_init"].default
+    kubernetes_operation: dt.timedelta = timeouts.BY_ATTRIBUTE["kubernetes_operation"].default
+    opencost_fetch: dt.timedelta = timeouts.BY_ATTRIBUTE["opencost_fetch"].default
+    database_insert: dt.timedelta = timeouts.BY_ATTRIBUTE["database_insert"].default
+    status_update: dt.timedelta = timeouts.BY_ATTRIBUTE["status_update"].default
+    http_client: dt.timedelta = timeouts.BY_ATTRIBUTE["http_client"].default
 
     @classmethod
     def from_sources(cls, spec: Mapping[str, object], env: Mapping[str, str]) -> Timeouts:
         """Variable if set, else CostJob field, else default; unparsable → logged default."""
-        return cls(**{name: _duration_setting(f, spec, env) for name, f in _TIMEOUT_FIELDS.items()})
+        return cls(
+            **{name: _duration_setting(f, spec, env) for name, f in timeouts.BY_ATTRIBUTE.items()}
+        )
 
 
 def _positive_int(spec: Mapping[str, object], key: str, default: int) -> int:
@@ -128,7 +127,7 @@ class OpenCostConfig:
     aggregate: str = DEFAULT_AGGREGATE
     step: str = DEFAULT_STEP
     resolution: str = DEFAULT_RESOLUTION
-    fetch_timeout: dt.timedelta = _TIMEOUT_FIELDS["opencost_fetch"].default
+    fetch_timeout: dt.timedelta = timeouts.BY_ATTRIBUTE["opencost_fetch"].default
     sharding: Sharding | None = None
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 

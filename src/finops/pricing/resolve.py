@@ -22,7 +22,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from typing import cast
 
-from finops.api import bodies, conditions
+from finops.api import bodies, conditions, models
 from finops.billing import money, usage
 from finops.pricing import election
 
@@ -49,16 +49,16 @@ def _object_name(obj: bodies.Object) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def declared_meters(spec: bodies.OfferingSpec) -> list[tuple[usage.Meter, usage.Margin]]:
+def declared_meters(spec: bodies.OfferingSpec) -> list[tuple[models.MeterName, usage.Margin]]:
     """`spec.pricing.resourcePricing` as (meter, margin), first entry of each name kept.
 
     Raises ValueError for a name outside the API's enum (admission refuses those).
     """
     pricing = spec.get("pricing") or {}
     entries: Sequence[bodies.Meter] = pricing.get("resourcePricing") or ()
-    seen: dict[usage.Meter, usage.Margin] = {}
+    seen: dict[models.MeterName, usage.Margin] = {}
     for entry in entries:
-        meter = usage.Meter(str(entry.get("name")))
+        meter = models.MeterName(str(entry.get("name")))
         if meter not in seen:
             seen[meter] = usage.Margin.from_dict(entry.get("margins"))
     return list(seen.items())
@@ -73,7 +73,7 @@ def active_book(books: Iterable[bodies.PriceBook]) -> bodies.PriceBook | None:
     return next(b for b in marked if election.Candidate.from_object(b).key == winner.key)
 
 
-def _rate(meter: usage.Meter, rates: bodies.PriceRates) -> money.Micros:
+def _rate(meter: models.MeterName, rates: bodies.PriceRates) -> money.Micros:
     field = usage.RATE_FIELD.get(meter)
     if field is None:
         return money.Micros(0)

@@ -16,13 +16,6 @@ from typing import Any
 
 from finops.api import bodies, conditions, reasons
 
-READY = reasons.ConditionType.READY
-
-APPLIED = reasons.ProviderReason.PROVIDER_APPLIED
-BYO = reasons.ProviderReason.BRING_YOUR_OWN_OPENCOST
-NO_VALID_OPTION = reasons.ProviderReason.NO_VALID_PROVIDER_OPTION
-PATCH_FAILED = reasons.ProviderReason.OPENCOST_PATCH_FAILED
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Branch:
@@ -68,8 +61,13 @@ def desired_opencost_spec(current: Mapping[str, Any] | None, branch: Branch) -> 
 
 
 def ready_condition(reason: str, message: str) -> conditions.Condition:
-    status = "True" if reason in (APPLIED, BYO) else "False"
-    return conditions.Condition(READY, status, reason, message)
+    status = (
+        "True"
+        if reason
+        in (reasons.ProviderReason.PROVIDER_APPLIED, reasons.ProviderReason.BRING_YOUR_OWN_OPENCOST)
+        else "False"
+    )
+    return conditions.Condition(reasons.ConditionType.READY, status, reason, message)
 
 
 def without_opencost(branch: Branch | None, *, mto_enabled: bool) -> conditions.Condition | None:
@@ -77,13 +75,13 @@ def without_opencost(branch: Branch | None, *, mto_enabled: bool) -> conditions.
     bring-your-own mode; None when the branch is to be applied to MTO's OpenCost."""
     if branch is None:
         return ready_condition(
-            NO_VALID_OPTION,
+            reasons.ProviderReason.NO_VALID_PROVIDER_OPTION,
             "No valid provider option configured: a cloud block needs a non-empty "
             "cloudIntegrationSecret; OpenCost was not changed",
         )
     if not mto_enabled:
         return ready_condition(
-            BYO,
+            reasons.ProviderReason.BRING_YOUR_OWN_OPENCOST,
             f'Valid {branch.name} provider; MTO_ENABLED is not "true", so OpenCost is '
             "bring-your-own and is configured only through the PriceBook pricing ConfigMap",
         )
@@ -92,20 +90,26 @@ def without_opencost(branch: Branch | None, *, mto_enabled: bool) -> conditions.
 
 def no_opencost(namespace: str) -> conditions.Condition:
     return ready_condition(
-        PATCH_FAILED, f"No OpenCost resource found in namespace {namespace!r} to configure"
+        reasons.ProviderReason.OPENCOST_PATCH_FAILED,
+        f"No OpenCost resource found in namespace {namespace!r} to configure",
     )
 
 
 def patch_failed(error: Exception) -> conditions.Condition:
-    return ready_condition(PATCH_FAILED, f"Patching the OpenCost resource failed: {error}")
+    return ready_condition(
+        reasons.ProviderReason.OPENCOST_PATCH_FAILED,
+        f"Patching the OpenCost resource failed: {error}",
+    )
 
 
 def applied(branch: Branch, changed: Sequence[str]) -> conditions.Condition:
     """Ready after the branch was applied to the named OpenCost resources (none changed)."""
     if not changed:
         return ready_condition(
-            APPLIED, f"{branch.name} provider already applied to the OpenCost resource"
+            reasons.ProviderReason.PROVIDER_APPLIED,
+            f"{branch.name} provider already applied to the OpenCost resource",
         )
     return ready_condition(
-        APPLIED, f"{branch.name} provider applied to OpenCost {', '.join(changed)}"
+        reasons.ProviderReason.PROVIDER_APPLIED,
+        f"{branch.name} provider applied to OpenCost {', '.join(changed)}",
     )

@@ -34,8 +34,6 @@ from finops.billing import usage
 from finops.collection import charge_plan
 from finops.store import charges
 
-GIB = usage.GIB
-MICROSECONDS_PER_HOUR = usage.MICROSECONDS_PER_HOUR
 QUANTITY_PLACES = 12
 WORK_MEM = "256MB"
 """Memory for the run's sums (one hash entry per Subscription-hour): spilling them to disk
@@ -567,9 +565,9 @@ def _params(
         "boundary": boundary,
         "fee_currency": tables.fee_currency,
         "places": 10**QUANTITY_PLACES,
-        "per_hour": MICROSECONDS_PER_HOUR,
-        "per_hour_gib": MICROSECONDS_PER_HOUR * GIB,
-        "gib": GIB,
+        "per_hour": usage.MICROSECONDS_PER_HOUR,
+        "per_hour_gib": usage.MICROSECONDS_PER_HOUR * usage.GIB,
+        "gib": usage.GIB,
         "lock": LOCK_CLASS,
     }
 

@@ -24,8 +24,9 @@ from finops.store import migrate
 
 Connection: TypeAlias = psycopg.Connection[Any]
 Pool: TypeAlias = psycopg_pool.ConnectionPool[Any]
-PoolTimeout = psycopg_pool.PoolTimeout
-"""No pooled connection came free in time (callers catch it without importing the driver)."""
+BUSY: tuple[type[Exception], ...] = (psycopg_pool.PoolTimeout,)
+"""What a read raises when the pool had no free connection in time (callers outside the store
+catch these without importing the pool library)."""
 T = TypeVar("T")
 
 DSN_ENV = "POSTGRES_CONNECTION_STRING"

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from tests.fixtures import opencost as opencost_fixtures
 from tests.oracle import usage as oracle_usage
 
+from finops.api import models
 from finops.billing import allocation, money, sources, ticks, usage
 
 UTC = dt.UTC
@@ -106,7 +107,7 @@ class TestMarginTable:
     def test_effective_unit_price(
         self, meter: str, margins: dict[str, int] | None, expected: int
     ) -> None:
-        rate = BOOK.for_meter(usage.Meter(meter))
+        rate = BOOK.for_meter(models.MeterName(meter))
         assert usage.Margin.from_dict(margins).unit_price_micros(rate) == expected
 
     def test_margins_are_read_from_the_offering_spec(self) -> None:
@@ -129,7 +130,7 @@ class TestReadingResourcePricing:
     def test_the_subscription_meter_has_no_usage_calculator(self) -> None:
         spec = {"pricing": {"resourcePricing": [{"name": "subscription"}, {"name": "ramGbHour"}]}}
         pricing = usage.UsagePricing.from_offering_spec(spec)
-        assert [p.meter for p in pricing.meters] == [usage.Meter.RAM_GB_HOUR]
+        assert [p.meter for p in pricing.meters] == [models.MeterName.RAM_GB_HOUR]
 
     def test_a_meter_listed_twice_keeps_its_first_entry(self) -> None:
         spec = {
@@ -243,7 +244,7 @@ class TestChargeRows:
 
     def test_the_margin_applies_to_each_rows_own_rate(self) -> None:
         pricing = usage.UsagePricing(
-            (usage.MeterPrice(usage.Meter.CPU_HOUR, usage.Margin(factor_milli=1150)),)
+            (usage.MeterPrice(models.MeterName.CPU_HOUR, usage.Margin(factor_milli=1150)),)
         )
         one = row(name="acme/a", cpu_core_usage_average=Decimal("1"))
         two = row(name="acme/b", cpu_core_usage_average=Decimal("2"))
@@ -274,7 +275,10 @@ class TestChargeRows:
             row(name="acme/other", cpu_core_usage_average=Decimal("1")),
         ]
         pricing = usage.UsagePricing(
-            (usage.MeterPrice(usage.Meter.RAM_GB_HOUR), usage.MeterPrice(usage.Meter.CPU_HOUR))
+            (
+                usage.MeterPrice(models.MeterName.RAM_GB_HOUR),
+                usage.MeterPrice(models.MeterName.CPU_HOUR),
+            )
         )
         result = oracle_usage.usage_charges(
             pricing,
@@ -301,7 +305,7 @@ class TestChargeRows:
 
     @staticmethod
     def cpu_only() -> usage.UsagePricing:
-        return usage.UsagePricing((usage.MeterPrice(usage.Meter.CPU_HOUR),))
+        return usage.UsagePricing((usage.MeterPrice(models.MeterName.CPU_HOUR),))
 
 
 @settings(deadline=None)
@@ -333,7 +337,7 @@ def test_usage_charges_are_never_negative_and_round_the_exact_sum_once(
             )
         )
     pricing = usage.UsagePricing(
-        (usage.MeterPrice(usage.Meter.CPU_HOUR, usage.Margin(factor_milli=factor)),)
+        (usage.MeterPrice(models.MeterName.CPU_HOUR, usage.Margin(factor_milli=factor)),)
     )
     result = oracle_usage.usage_charges(
         pricing,
@@ -447,7 +451,7 @@ class TestRealCaptures:
         for r in controller_rows:
             share = oracle_usage.RowShare.of(r, usage.ActiveInterval(r.start))
             assert share is not None
-            billed = oracle_usage.meter_quantity(usage.Meter.CPU_HOUR, r, share)
+            billed = oracle_usage.meter_quantity(models.MeterName.CPU_HOUR, r, share)
             assert billed <= Fraction(r.cpu_core_hours) + Fraction(1, 10**5)
         assert oracle_usage.select(everything, controller_rows) == controller_rows
 
@@ -456,7 +460,7 @@ class TestRealCaptures:
     ) -> None:
         fixed = [sources.UsageSource("Deployment", "fixed", "oc-test")]
         (picked,) = oracle_usage.select(fixed, controller_rows)
-        pricing = usage.UsagePricing((usage.MeterPrice(usage.Meter.RAM_GB_HOUR),))
+        pricing = usage.UsagePricing((usage.MeterPrice(models.MeterName.RAM_GB_HOUR),))
         whole = oracle_usage.usage_charges(
             pricing,
             fixed,

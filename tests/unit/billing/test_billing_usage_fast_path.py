@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.oracle import usage as oracle_usage
 
+from finops.api import models
 from finops.billing import allocation, money, sources, ticks, usage
 
 UTC = dt.UTC
@@ -36,12 +37,12 @@ def oracle(
     usage_sources: Sequence[sources.UsageSource],
     rows: Iterable[oracle_usage.PricedRow],
     interval: usage.ActiveInterval,
-) -> list[tuple[dt.datetime, usage.Meter, Fraction, Fraction, int, int, Decimal, int]]:
+) -> list[tuple[dt.datetime, models.MeterName, Fraction, Fraction, int, int, Decimal, int]]:
     """Per (hour, meter): quantity, amount, rounded amount, rows, stored quantity, unit
     price, all through `Fraction` and the `money` helpers."""
     if not usage_sources or not pricing:
         return []
-    totals: dict[tuple[dt.datetime, usage.Meter], _Exact] = {}
+    totals: dict[tuple[dt.datetime, models.MeterName], _Exact] = {}
     for priced in rows:
         row = priced.row
         if priced.rates is None or not oracle_usage.matches_any(usage_sources, row):
@@ -88,7 +89,7 @@ def fast(
     usage_sources: Sequence[sources.UsageSource],
     rows: Iterable[oracle_usage.PricedRow],
     interval: usage.ActiveInterval,
-) -> list[tuple[dt.datetime, usage.Meter, Fraction, Fraction, int, int, Decimal, int]]:
+) -> list[tuple[dt.datetime, models.MeterName, Fraction, Fraction, int, int, Decimal, int]]:
     return [
         (
             c.hour,
@@ -209,13 +210,13 @@ def test_an_instant_row_bills_its_whole_volume_but_no_time() -> None:
     )
     rows = [oracle_usage.PricedRow(instant, usage.Rates(cpu_hour=10, pv_gb_hour=7))]
     pricing = usage.UsagePricing(
-        (usage.MeterPrice(usage.Meter.CPU_HOUR), usage.MeterPrice(usage.Meter.PV_GB_HOUR))
+        (usage.MeterPrice(models.MeterName.CPU_HOUR), usage.MeterPrice(models.MeterName.PV_GB_HOUR))
     )
     selected = (sources.UsageSource(namespace="a"),)
     interval = usage.ActiveInterval(H0)
     result = fast(pricing, selected, rows, interval)
     assert result == oracle(pricing, selected, rows, interval)
     assert [(r[1], r[2]) for r in result] == [
-        (usage.Meter.CPU_HOUR, Fraction(0)),
-        (usage.Meter.PV_GB_HOUR, Fraction(2)),
+        (models.MeterName.CPU_HOUR, Fraction(0)),
+        (models.MeterName.PV_GB_HOUR, Fraction(2)),
     ]

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from tests.oracle import focus_columns
 
+from finops.api import models
 from finops.billing import focus, periods
 
 H = dt.datetime(2026, 12, 31, 23, tzinfo=dt.UTC)
@@ -331,7 +332,7 @@ def test_a_prorated_opening_tick_is_a_share_of_a_period_priced_exactly() -> None
     ],
 )
 def test_fee_units_name_the_period(alignment: str, period: str, unit: str) -> None:
-    spec = focus.fees.FeeSpec(1, focus.ticks.TickAlignment(alignment), period)
+    spec = focus.fees.FeeSpec(1, models.TickAlignment(alignment), period)
     assert focus.fee_unit(spec) == unit
 
 

@@ -155,7 +155,7 @@ def stores(offers: list[dict[str, Any]], subs: list[dict[str, Any]], project: An
     return c
 
 
-def sub_plan(c: caches.Caches, key: refs.Key, target: Any) -> subscriptions.SubscriptionPlan:
+def sub_plan(c: caches.Caches, key: views.Key, target: Any) -> subscriptions.SubscriptionPlan:
     sub = c.subscriptions[key]
     offering_key = family.offering_key(sub)
     return subscriptions.plan(
@@ -168,7 +168,7 @@ def sub_plan(c: caches.Caches, key: refs.Key, target: Any) -> subscriptions.Subs
     )
 
 
-def offering_plan(c: caches.Caches, key: refs.Key) -> offerings.OfferingPlan:
+def offering_plan(c: caches.Caches, key: views.Key) -> offerings.OfferingPlan:
     obj = c.offerings[key]
     return offerings.plan(
         obj,
