@@ -107,7 +107,7 @@ def run(rows_count: int, subscriptions: int, repeat: int) -> tuple[float, float,
     """µs per row (product, baseline) and µs per Subscription-hour (product, baseline)."""
     rows = priced_rows(rows_count)
     pricing = usage.UsagePricing(tuple(usage.MeterPrice(m) for m in usage.USAGE_METERS))
-    everyone = [sources.UsageSource(namespace=f"ns-{n}") for n in range(50)]
+    everyone = [sources.SourceFilter(namespace=f"ns-{n}") for n in range(50)]
     interval = usage.ActiveInterval(START + dt.timedelta(minutes=5))
     priced = best_of(repeat, lambda: oracle_usage.usage_charges(pricing, everyone, rows, interval))
     bare = best_of(repeat, lambda: bare_sums(rows))

@@ -44,7 +44,7 @@ def evaluation(hour: int, *, generation: int = 1, spent: int = 10) -> budgets.Ev
         "spec": {"amount": "0.001", "currency": "USD"},
     }
     terms = budgets.BudgetTerms.from_object(body)
-    plan = budgets.Plan(terms, APRIL[0] + hour * HOUR, *APRIL, ("s-1", "s-2"))
+    plan = budgets.BudgetPlan(terms, APRIL[0] + hour * HOUR, *APRIL, ("s-1", "s-2"))
     return budgets.Evaluation(plan, forecast.Forecast(spent, 5, 1), {}, (), ())
 
 

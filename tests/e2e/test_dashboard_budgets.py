@@ -118,11 +118,11 @@ def _evaluate(kube: controlplane.ControlPlane, dsn: str, namespace: str, billed:
     assert report.errors == {} and report.evaluated == 1 and report.statuses_written == 1
 
 
-def _read_budget(kube: controlplane.ControlPlane, namespace: str, name: str) -> bodies.Budget:
+def _read_budget(kube: controlplane.ControlPlane, namespace: str, name: str) -> bodies.BudgetBody:
     with kube.http() as client:
         resp = client.get(f"{GROUP}/namespaces/{namespace}/budgets/{name}")
     assert resp.status_code == 200, resp.text
-    found: bodies.Budget = resp.json()
+    found: bodies.BudgetBody = resp.json()
     return found
 
 

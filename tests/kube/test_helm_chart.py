@@ -623,7 +623,7 @@ class TestStarterCostJobResourcesAndSharding:
             assert container["resources"] == self.TUNED[values]["resources"]
         env = {"OPENCOST_CONNECTION_STRING": "http://opencost:9003"}
         sharded = opencost_config.OpenCostConfig.from_sources(scraping["spec"], env)
-        assert sharded.sharding == opencost_config.Sharding(namespaces_per_shard=10, concurrency=3)
+        assert sharded.sharding == opencost_config.ShardPlan(namespaces_per_shard=10, concurrency=3)
         [plain, _] = self._costjobs(STARTERS, tmp_path)
         assert opencost_config.OpenCostConfig.from_sources(plain["spec"], env).sharding is None
 

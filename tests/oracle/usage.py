@@ -34,14 +34,14 @@ class PricedRow:
 
 
 def matches_any(
-    usage_sources: Iterable[sources.UsageSource], row: allocation.AllocationRow
+    usage_sources: Iterable[sources.SourceFilter], row: allocation.AllocationRow
 ) -> bool:
     """True when at least one entry selects the row (entries add, OR)."""
     return any(source.matches(row) for source in usage_sources)
 
 
 def select(
-    usage_sources: Sequence[sources.UsageSource], rows: Iterable[allocation.AllocationRow]
+    usage_sources: Sequence[sources.SourceFilter], rows: Iterable[allocation.AllocationRow]
 ) -> list[allocation.AllocationRow]:
     """The rows the sources select, each once however many entries match it, in input order."""
     return [row for row in rows if matches_any(usage_sources, row)]
@@ -277,7 +277,7 @@ def _add_network(acc: _Sum, row: allocation.AllocationRow, price_milli: int) -> 
 
 def usage_charges(
     pricing: usage.UsagePricing,
-    usage_sources: Sequence[sources.UsageSource],
+    usage_sources: Sequence[sources.SourceFilter],
     rows: Iterable[PricedRow],
     interval: usage.ActiveInterval,
 ) -> list[UsageCharge]:

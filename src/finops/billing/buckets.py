@@ -55,9 +55,9 @@ class MeterCost:
     current: int = 0
     projected: int = 0
 
-    def to_status(self) -> bodies.CostMetric:
+    def to_status(self) -> bodies.CostMetricBody:
         """The API shape, zero fields omitted."""
-        body: bodies.CostMetric = {"name": self.name}
+        body: bodies.CostMetricBody = {"name": self.name}
         if self.current:
             body["current"] = self.current
         if self.projected:
@@ -66,7 +66,7 @@ class MeterCost:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class CostBucket:
+class BucketCosts:
     """One `status.costs` entry."""
 
     granularity: models.Granularity
@@ -76,9 +76,9 @@ class CostBucket:
     projected: int = 0
     breakdown: tuple[MeterCost, ...] = ()
 
-    def to_status(self) -> bodies.CostBucket:
+    def to_status(self) -> bodies.CostBucketBody:
         """The API shape: `current`, `projected` and `breakdown` omitted when zero/empty."""
-        body: bodies.CostBucket = {
+        body: bodies.CostBucketBody = {
             "granularity": self.granularity.value,
             "start": ticks.rfc3339(self.start),
             "endExclusive": ticks.rfc3339(self.end_exclusive),
@@ -109,7 +109,7 @@ def build(
     fee: fees.FeeSchedule | None,
     usage_charges: Iterable[SettledCharge] = (),
     settled_fees: Iterable[SettledCharge] | None = None,
-) -> list[CostBucket]:
+) -> list[BucketCosts]:
     """The three buckets of one Subscription for the run scheduled at `scheduled_at`.
 
     `fee` is None for an Offering without `subscriptionFee`. `usage_charges` are usage rows
@@ -124,7 +124,7 @@ def build(
             raise ValueError("pass usage charges only; the fee is computed from the FeeSchedule")
     fee_rows = None if settled_fees is None else list(settled_fees)
     order = {meter.value: i for i, meter in enumerate(usage.USAGE_METERS)}
-    buckets: list[CostBucket] = []
+    buckets: list[BucketCosts] = []
     for granularity, start, end in windows(anchor):
         breakdown: list[MeterCost] = []
         fee_current = fee_projected = 0
@@ -146,7 +146,7 @@ def build(
             if per_meter[name]:
                 breakdown.append(MeterCost(name, current=per_meter[name]))
         buckets.append(
-            CostBucket(
+            BucketCosts(
                 granularity=granularity,
                 start=start,
                 end_exclusive=end,
@@ -163,6 +163,6 @@ def _fee_sum(rows: Iterable[SettledCharge], start: dt.datetime, end: dt.datetime
     return sum(r.amount_micros for r in rows if start <= ticks.utc(r.hour) < end)
 
 
-def to_status(buckets: Iterable[CostBucket]) -> list[bodies.CostBucket]:
+def to_status(buckets: Iterable[BucketCosts]) -> list[bodies.CostBucketBody]:
     """`status.costs` as written to the Subscription."""
     return [bucket.to_status() for bucket in buckets]

@@ -57,7 +57,7 @@ class FeeSpec:
             raise FeeSpecError(f"subscriptionFee: {err}") from None
 
     @classmethod
-    def from_fee_block(cls, block: bodies.SubscriptionFee) -> FeeSpec:
+    def from_fee_block(cls, block: bodies.SubscriptionFeeBody) -> FeeSpec:
         """Build from the raw `subscriptionFee` mapping of a Kubernetes object."""
         price = _positive_int(block, "priceMicros", required=True)
         assert price is not None
@@ -80,7 +80,7 @@ class FeeSpec:
         )
 
     @classmethod
-    def from_offering_spec(cls, spec: bodies.OfferingSpec) -> FeeSpec | None:
+    def from_offering_spec(cls, spec: bodies.OfferingSpecBody) -> FeeSpec | None:
         """The fee of an Offering's `spec`, or None for an Offering without one."""
         pricing = spec.get("pricing") or {}
         block = pricing.get("subscriptionFee")

@@ -220,8 +220,8 @@ class LedgerCharge:
     """The Subscription's own labels under that version."""
     offering_namespace: str = ""
     offering_uid: str = ""
-    offering_spec: bodies.OfferingSpec = dataclasses.field(
-        default_factory=lambda: cast(bodies.OfferingSpec, {})
+    offering_spec: bodies.OfferingSpecBody = dataclasses.field(
+        default_factory=lambda: cast(bodies.OfferingSpecBody, {})
     )
     """The spec of the Offering version that priced the row (fee terms, margins)."""
     price_list: PriceList | None = None
@@ -304,7 +304,7 @@ def _pricing(charge: LedgerCharge) -> usage.UsagePricing:
 
 
 @dataclasses.dataclass(frozen=True)
-class Pricing:
+class RowPricing:
     """A row's quantity, unit, unit prices and the exact costs they make."""
 
     quantity: Decimal
@@ -321,15 +321,15 @@ class Pricing:
         return _EXACT.multiply(self.contracted_price, self.quantity)
 
 
-def pricing(charge: LedgerCharge) -> Pricing:
+def pricing(charge: LedgerCharge) -> RowPricing:
     """How the row was priced, in FOCUS terms."""
     if not charge.is_fee:
         listed, contracted = _usage_prices(charge)
-        return Pricing(charge.quantity, UNITS[charge.source], listed, contracted)
+        return RowPricing(charge.quantity, UNITS[charge.source], listed, contracted)
     spec = fee_terms(charge)
     price = units(charge.unit_price_micros if spec is None else spec.price_micros)
     unit = UNITS[FEE_SOURCE] if spec is None else fee_unit(spec)
-    return Pricing(_fee_quantity(charge, spec), unit, price, price)
+    return RowPricing(_fee_quantity(charge, spec), unit, price, price)
 
 
 def sku(charge: LedgerCharge) -> tuple[str, str, dict[str, str] | None]:

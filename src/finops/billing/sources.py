@@ -27,7 +27,7 @@ def _text(entry: Mapping[str, Any], key: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class UsageSource:
+class SourceFilter:
     """One `usageSources` entry; an empty string means the field is not set."""
 
     resource_type: str = ""
@@ -35,7 +35,7 @@ class UsageSource:
     namespace: str = ""
 
     @classmethod
-    def from_dict(cls, entry: Mapping[str, Any]) -> UsageSource:
+    def from_dict(cls, entry: Mapping[str, Any]) -> SourceFilter:
         """Build from one raw entry of a Subscription's `spec.usageSources`."""
         return cls(_text(entry, "resourceType"), _text(entry, "name"), _text(entry, "namespace"))
 
@@ -57,7 +57,7 @@ class UsageSource:
         return not self.name or row.controller_name == self.name
 
 
-def from_subscription_spec(spec: bodies.SubscriptionSpec) -> tuple[UsageSource, ...]:
+def from_subscription_spec(spec: bodies.SubscriptionSpecBody) -> tuple[SourceFilter, ...]:
     """The usage sources of a Subscription's `spec` (none when the field is absent)."""
-    entries: Sequence[bodies.UsageSource] = spec.get("usageSources") or ()
-    return tuple(UsageSource.from_dict(entry) for entry in entries)
+    entries: Sequence[bodies.UsageSourceBody] = spec.get("usageSources") or ()
+    return tuple(SourceFilter.from_dict(entry) for entry in entries)

@@ -77,7 +77,7 @@ class Margin:
     factor_milli: int | None = None
 
     @classmethod
-    def from_dict(cls, block: bodies.Margins | None) -> Margin:
+    def from_dict(cls, block: bodies.MarginsBody | None) -> Margin:
         """Build from a raw `margins` mapping (absent means no margin)."""
         if not block:
             return cls()
@@ -116,10 +116,10 @@ class UsagePricing:
     meters: tuple[MeterPrice, ...] = ()
 
     @classmethod
-    def from_offering_spec(cls, spec: bodies.OfferingSpec) -> UsagePricing:
+    def from_offering_spec(cls, spec: bodies.OfferingSpecBody) -> UsagePricing:
         """Build from an Offering's raw `spec`."""
         pricing = spec.get("pricing") or {}
-        entries: Sequence[bodies.Meter] = pricing.get("resourcePricing") or ()
+        entries: Sequence[bodies.MeterBody] = pricing.get("resourcePricing") or ()
         seen: dict[models.MeterName, MeterPrice] = {}
         for entry in entries:
             try:
@@ -160,7 +160,7 @@ class Rates:
         )
 
     @classmethod
-    def from_pricebook_spec(cls, spec: bodies.PriceBookSpec) -> Rates:
+    def from_pricebook_spec(cls, spec: bodies.PriceBookSpecBody) -> Rates:
         """Parse a PriceBook's raw `spec.rates` (raises `money.RateParseError`)."""
         return cls.from_micros(money.parse_rates(spec.get("rates")))
 

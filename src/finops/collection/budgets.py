@@ -48,7 +48,7 @@ def period_bounds(period: models.BudgetPeriod, t: dt.datetime) -> tuple[dt.datet
 # ---------------------------------------------------------------- the spec
 
 
-def selects(selector: bodies.LabelSelector | None, labels: Mapping[str, str]) -> bool:
+def selects(selector: bodies.LabelSelectorBody | None, labels: Mapping[str, str]) -> bool:
     """metav1.LabelSelector semantics; no selector (or an empty one) selects everything."""
     if not selector:
         return True
@@ -87,19 +87,19 @@ class BudgetTerms:
     amount_micros: int
     currency: str
     period: models.BudgetPeriod
-    selector: bodies.LabelSelector | None
+    selector: bodies.LabelSelectorBody | None
     thresholds: tuple[Threshold, ...]
-    body: bodies.Budget
+    body: bodies.BudgetBody
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @classmethod
-    def from_object(cls, obj: bodies.Budget) -> BudgetTerms:
+    def from_object(cls, obj: bodies.BudgetBody) -> BudgetTerms:
         """Read a Budget body; a spec the API server would have refused raises BudgetError."""
         meta = obj.get("metadata") or {}
-        spec: bodies.BudgetSpec = obj.get("spec") or {"amount": "", "currency": ""}
+        spec: bodies.BudgetSpecBody = obj.get("spec") or {"amount": "", "currency": ""}
         where = f"budget {meta.get('namespace')}/{meta.get('name')}"
         try:
             amount = money.parse_rate("amount", spec.get("amount"))
@@ -136,7 +136,7 @@ class BudgetTerms:
 
 
 @dataclasses.dataclass(frozen=True)
-class Candidate:
+class BudgetMember:
     """A Subscription of the run: its uid, namespace and labels."""
 
     uid: str
@@ -155,7 +155,7 @@ class Recorded:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class BudgetPlan:
     """What to read for one Budget: its period and members (`stale`: leave it alone)."""
 
     terms: BudgetTerms
@@ -169,9 +169,9 @@ class Plan:
 def plan(
     terms: BudgetTerms,
     scheduled: dt.datetime,
-    candidates: Iterable[Candidate],
+    candidates: Iterable[BudgetMember],
     recorded: Recorded | None,
-) -> Plan:
+) -> BudgetPlan:
     """The period holding `H` and the Subscriptions counted in it."""
     anchor = ticks.floor_hour(scheduled)
     start, end = period_bounds(terms.period, anchor)
@@ -187,7 +187,7 @@ def plan(
     }
     if recorded is not None and recorded.period_start == start:
         members.update(recorded.members)
-    return Plan(terms, anchor, start, end, tuple(sorted(members)), stale)
+    return BudgetPlan(terms, anchor, start, end, tuple(sorted(members)), stale)
 
 
 # ---------------------------------------------------------------- the judgement
@@ -212,7 +212,7 @@ class Crossing:
 
 
 @dataclasses.dataclass(frozen=True)
-class Ledger:
+class LedgerTotals:
     """What the ledger says about one plan: spent per currency and the members' outlooks."""
 
     spent: Mapping[str, int]
@@ -225,7 +225,7 @@ class Ledger:
 class Evaluation:
     """One Budget judged at the scheduled hour."""
 
-    plan: Plan
+    plan: BudgetPlan
     forecast: forecast.Forecast
     foreign: Mapping[str, int]
     """Micros of the period charged in other currencies (not counted)."""
@@ -254,7 +254,7 @@ def reached(value: int, percent: int, amount: int) -> bool:
     return value * 100 >= percent * amount
 
 
-def judge(plan: Plan, ledger: Ledger) -> Evaluation:
+def judge(plan: BudgetPlan, ledger: LedgerTotals) -> Evaluation:
     """Spent, forecast and thresholds of one planned Budget."""
     terms = plan.terms
     spent = ledger.spent.get(terms.currency, 0)
@@ -291,11 +291,11 @@ def _money(micros: int, currency: str) -> str:
     return f"{money.format_money(micros, currency)} {currency}"
 
 
-def _window(plan: Plan) -> str:
+def _window(plan: BudgetPlan) -> str:
     return f"{ticks.rfc3339(plan.start)} to {ticks.rfc3339(plan.end)}"
 
 
-def decided_conditions(ev: Evaluation) -> list[conditions.Condition]:
+def decided_conditions(ev: Evaluation) -> list[conditions.DecidedCondition]:
     """`Exceeded` and `ForecastExceeded` as this evaluation finds them."""
     terms, amount = ev.terms, _money(ev.terms.amount_micros, ev.terms.currency)
     if ev.foreign:
@@ -305,7 +305,9 @@ def decided_conditions(ev: Evaluation) -> list[conditions.Condition]:
             f"{terms.currency} does not convert them, so they are not judged"
         )
         return [
-            conditions.Condition(kind, "Unknown", reasons.BudgetReason.CURRENCY_MISMATCH, message)
+            conditions.DecidedCondition(
+                kind, "Unknown", reasons.BudgetReason.CURRENCY_MISMATCH, message
+            )
             for kind in (
                 reasons.BudgetCondition.EXCEEDED,
                 reasons.BudgetCondition.FORECAST_EXCEEDED,
@@ -316,7 +318,7 @@ def decided_conditions(ev: Evaluation) -> list[conditions.Condition]:
     over = spent > terms.amount_micros
     ahead = total > terms.amount_micros
     return [
-        conditions.Condition(
+        conditions.DecidedCondition(
             reasons.BudgetCondition.EXCEEDED,
             "True" if over else "False",
             reasons.BudgetReason.SPENT_OVER_AMOUNT
@@ -324,7 +326,7 @@ def decided_conditions(ev: Evaluation) -> list[conditions.Condition]:
             else reasons.BudgetReason.SPENT_WITHIN_AMOUNT,
             f"spent {_money(spent, terms.currency)} of {amount} in the period {window}",
         ),
-        conditions.Condition(
+        conditions.DecidedCondition(
             reasons.BudgetCondition.FORECAST_EXCEEDED,
             "True" if ahead else "False",
             reasons.BudgetReason.FORECAST_OVER_AMOUNT
@@ -335,7 +337,7 @@ def decided_conditions(ev: Evaluation) -> list[conditions.Condition]:
     ]
 
 
-def status_fields(ev: Evaluation) -> bodies.BudgetStatus:
+def status_fields(ev: Evaluation) -> bodies.BudgetStatusBody:
     """The status fields an evaluation writes (conditions are set on their own)."""
     terms, outlook = ev.terms, ev.forecast
     return {

@@ -30,20 +30,20 @@ class Billed:
 
     sub: charges.SubscriptionState
     terms: charges.Terms
-    offering: bodies.Offering
+    offering: bodies.OfferingBody
     namespace_labels: Mapping[str, str]
 
     @property
     def offering_version(self) -> VersionKey:
         """The Offering version (uid, generation) that prices this Subscription."""
-        meta: bodies.ObjectMeta = self.offering.get("metadata") or {}
+        meta: bodies.ObjectMetaBody = self.offering.get("metadata") or {}
         return (str(meta.get("uid", "")), int(meta.get("generation") or 0))
 
     @property
     def subscription_version(self) -> VersionKey:
         return (self.sub.uid, self.sub.generation)
 
-    def subscription_metadata(self) -> bodies.ObjectMeta:
+    def subscription_metadata(self) -> bodies.ObjectMetaBody:
         """The metadata a Subscription version row records."""
         return {
             "uid": self.sub.uid,
@@ -57,7 +57,7 @@ class Billed:
 # ---------------------------------------------------------------- versions
 
 
-def offering_versions(billed: Iterable[Billed]) -> dict[VersionKey, bodies.Offering]:
+def offering_versions(billed: Iterable[Billed]) -> dict[VersionKey, bodies.OfferingBody]:
     """Each distinct Offering version of the run, with the object that defines it."""
     return {b.offering_version: b.offering for b in billed}
 
@@ -66,7 +66,7 @@ def subscription_versions(
     billed: Iterable[Billed],
 ) -> dict[
     VersionKey,
-    tuple[bodies.ObjectMeta, bodies.SubscriptionSpec, Mapping[str, str], Mapping[str, str]],
+    tuple[bodies.ObjectMetaBody, bodies.SubscriptionSpecBody, Mapping[str, str], Mapping[str, str]],
 ]:
     """Each distinct Subscription version of the run as the row that records it:
     (metadata, spec, namespace labels, the Subscription's own labels)."""

@@ -49,7 +49,7 @@ class SubscriptionState:
     name: str
     generation: int
     resource_version: str
-    spec: bodies.SubscriptionSpec
+    spec: bodies.SubscriptionSpecBody
     activated_at: dt.datetime | None
     deactivated_at: dt.datetime | None
     deleting: bool
@@ -60,7 +60,7 @@ class SubscriptionState:
     """The Subscription's own `metadata.labels`: part of the ledger's version of it."""
 
     @classmethod
-    def from_object(cls, obj: bodies.Subscription | Mapping[str, Any]) -> SubscriptionState:
+    def from_object(cls, obj: bodies.SubscriptionBody | Mapping[str, Any]) -> SubscriptionState:
         """Read a raw Subscription body; a malformed timestamp raises `TermsError`."""
         view = views.SubscriptionView.parse(obj)
         if view.problems:
@@ -93,7 +93,7 @@ class Terms:
 
     fee: fees.FeeSchedule | None
     pricing: usage.UsagePricing
-    sources: tuple[sources.UsageSource, ...]
+    sources: tuple[sources.SourceFilter, ...]
     interval: usage.ActiveInterval
 
     @property
@@ -136,7 +136,7 @@ class Terms:
         return need
 
 
-def terms_for(sub: SubscriptionState, offering_spec: bodies.OfferingSpec) -> Terms:
+def terms_for(sub: SubscriptionState, offering_spec: bodies.OfferingSpecBody) -> Terms:
     """Build the calculators of an activated Subscription; bad terms raise `TermsError`."""
     if sub.activated_at is None:
         raise TermsError(f"subscription {sub.key} has not activated")
@@ -214,7 +214,7 @@ def settled_charges(
 
 def costs(
     scheduled: dt.datetime, terms: Terms, settled: Sequence[buckets.Charge] | None
-) -> tuple[list[bodies.CostBucket], reasons.CostsReason]:
+) -> tuple[list[bodies.CostBucketBody], reasons.CostsReason]:
     """The three `status.costs` buckets and their `CostsResolved` reason.
 
     `settled` is what the ledger holds (`settled_charges`): every `current`, the fee's

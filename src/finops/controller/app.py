@@ -51,7 +51,7 @@ Key = tuple[str, str, str]
 QUEUE_NAME = "finops"
 
 
-class Reconciler(Protocol):
+class KeyReconciler(Protocol):
     controller: str
 
     async def reconcile(self, key: Key) -> float | None: ...
@@ -89,7 +89,7 @@ class Manager:
     def __init__(
         self,
         client: lightkube.AsyncClient,
-        settings: config.Settings,
+        settings: config.ControllerSettings,
         *,
         ledger_dsn: str | None = None,
     ) -> None:
@@ -105,10 +105,10 @@ class Manager:
         # With leader election: whether the Lease is fresh enough to act on (see leader.holds).
         self.may_act: Callable[[], bool] = lambda: True
         self._watch_own_kinds(client)
-        self.reconcilers: dict[str, Reconciler] = {
-            "PriceBook": pricebook.Reconciler(client, settings, self.pricebooks.store),
-            "CostJob": costjob.Reconciler(client, settings),
-            "FinOpsProvider": finopsprovider.Reconciler(client, settings),
+        self.reconcilers: dict[str, KeyReconciler] = {
+            "PriceBook": pricebook.PriceBookReconciler(client, settings, self.pricebooks.store),
+            "CostJob": costjob.CostJobReconciler(client, settings),
+            "FinOpsProvider": finopsprovider.ProviderReconciler(client, settings),
         }
         # Offerings and Subscriptions: their sources, caches, fan-out and reconcilers.
         self.hierarchy = hierarchy_watch.Wiring(
@@ -163,21 +163,24 @@ class Manager:
         self._depth.set(len(self.queue))
 
     def _on_pricebook(
-        self, kind: str, old: bodies.PriceBook | None, new: bodies.PriceBook | None
+        self, kind: str, old: bodies.PriceBookBody | None, new: bodies.PriceBookBody | None
     ) -> None:
         if spec_or_meta_changed(old, new):
             self.enqueue(pricebook.KEY)
         self.hierarchy.on_pricebook(old, new)
 
     def _on_costjob(
-        self, kind: str, old: bodies.CostJob | None, new: bodies.CostJob | None
+        self, kind: str, old: bodies.CostJobBody | None, new: bodies.CostJobBody | None
     ) -> None:
         if new is not None and spec_or_meta_changed(old, new):
             ns, name = watch.object_key(new)
             self.enqueue(("CostJob", ns, name))
 
     def _on_provider(
-        self, kind: str, old: bodies.FinOpsProvider | None, new: bodies.FinOpsProvider | None
+        self,
+        kind: str,
+        old: bodies.FinOpsProviderBody | None,
+        new: bodies.FinOpsProviderBody | None,
     ) -> None:
         if new is not None and spec_or_meta_changed(old, new):
             self.enqueue(("FinOpsProvider", "", watch.object_key(new)[1]))
@@ -345,7 +348,7 @@ async def _start_servers(
     return servers
 
 
-async def run(args: argparse.Namespace, settings: config.Settings) -> int:
+async def run(args: argparse.Namespace, settings: config.ControllerSettings) -> int:
     """The manager's whole life; returns the process exit code."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -403,7 +406,9 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
     return code
 
 
-def _elector(client: lightkube.AsyncClient, settings: config.Settings) -> leader.LeaderElector:
+def _elector(
+    client: lightkube.AsyncClient, settings: config.ControllerSettings
+) -> leader.LeaderElector:
     """Lease timings derived from the lease duration, as controller-runtime's defaults are."""
     return leader.LeaderElector(
         client,

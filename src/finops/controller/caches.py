@@ -20,9 +20,9 @@ from typing import Any, Generic, TypeVar
 from finops.api import bodies, views
 from finops.hierarchy import family, offerings, refs
 
-B = TypeVar("B", bodies.Offering, bodies.Subscription)
-OfferingStore = dict[tuple[str, str], bodies.Offering]
-SubscriptionStore = dict[tuple[str, str], bodies.Subscription]
+B = TypeVar("B", bodies.OfferingBody, bodies.SubscriptionBody)
+OfferingStore = dict[tuple[str, str], bodies.OfferingBody]
+SubscriptionStore = dict[tuple[str, str], bodies.SubscriptionBody]
 NamespaceStore = dict[tuple[str, str], dict[str, Any]]
 
 
@@ -52,17 +52,17 @@ class Index(Generic[B]):
         return set(self._keys.get(value, ()))
 
 
-def _root(obj: bodies.Subscription) -> list[str]:
+def _root(obj: bodies.SubscriptionBody) -> list[str]:
     root = family.root_of(obj)
     return [root] if root else []
 
 
-def _parent(obj: bodies.Subscription) -> list[views.Key]:
+def _parent(obj: bodies.SubscriptionBody) -> list[views.Key]:
     up = family.parent_key(obj)
     return [up] if up is not None else []
 
 
-def _offering(obj: bodies.Subscription) -> list[views.Key]:
+def _offering(obj: bodies.SubscriptionBody) -> list[views.Key]:
     key = family.offering_key(obj)
     return [key] if key is not None else []
 
@@ -74,41 +74,43 @@ class Caches:
         self,
         offerings_store: OfferingStore,
         subscriptions_store: SubscriptionStore,
-        books: Mapping[tuple[str, str], bodies.PriceBook],
+        books: Mapping[tuple[str, str], bodies.PriceBookBody],
         namespaces: NamespaceStore | None = None,
     ) -> None:
         self.offerings = offerings_store
         self.subscriptions = subscriptions_store
         self.books = books
         self.namespaces = namespaces
-        self.roots: Index[bodies.Subscription] = Index(_root)
-        self.parents: Index[bodies.Subscription] = Index(_parent)
-        self.bound: Index[bodies.Subscription] = Index(_offering)
-        self.requirers: Index[bodies.Offering] = Index(offerings.requirements)
+        self.roots: Index[bodies.SubscriptionBody] = Index(_root)
+        self.parents: Index[bodies.SubscriptionBody] = Index(_parent)
+        self.bound: Index[bodies.SubscriptionBody] = Index(_offering)
+        self.requirers: Index[bodies.OfferingBody] = Index(offerings.requirements)
 
     def subscription_changed(
-        self, old: bodies.Subscription | None, new: bodies.Subscription | None
+        self, old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None
     ) -> None:
         for index in (self.roots, self.parents, self.bound):
             index.update(old, new)
 
-    def offering_changed(self, old: bodies.Offering | None, new: bodies.Offering | None) -> None:
+    def offering_changed(
+        self, old: bodies.OfferingBody | None, new: bodies.OfferingBody | None
+    ) -> None:
         self.requirers.update(old, new)
 
-    def _subs(self, keys: Iterable[views.Key]) -> list[bodies.Subscription]:
+    def _subs(self, keys: Iterable[views.Key]) -> list[bodies.SubscriptionBody]:
         found = (self.subscriptions.get(k) for k in sorted(keys))
         return [s for s in found if s is not None]
 
-    def members(self, root: str) -> list[bodies.Subscription]:
+    def members(self, root: str) -> list[bodies.SubscriptionBody]:
         """The family index as `family.Members`."""
         return self._subs(self.roots.keys(root))
 
-    def children(self, parent: views.Key) -> list[bodies.Subscription]:
+    def children(self, parent: views.Key) -> list[bodies.SubscriptionBody]:
         """The parent index as `family.Children`."""
         return self._subs(self.parents.keys(parent))
 
-    def offering(self, key: views.Key) -> bodies.Offering | None:
+    def offering(self, key: views.Key) -> bodies.OfferingBody | None:
         return self.offerings.get(key)
 
-    def subscription(self, key: views.Key) -> bodies.Subscription | None:
+    def subscription(self, key: views.Key) -> bodies.SubscriptionBody | None:
         return self.subscriptions.get(key)

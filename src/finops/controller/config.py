@@ -30,7 +30,7 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Settings:
+class ControllerSettings:
     """Everything the reconcilers need from the environment."""
 
     postgres_dsn: str
@@ -133,7 +133,7 @@ def _pull_policy(env: Mapping[str, str]) -> str:
     return raw
 
 
-def from_env(env: Mapping[str, str]) -> Settings:
+def from_env(env: Mapping[str, str]) -> ControllerSettings:
     """Build settings or raise `ConfigError` naming the first missing required variable."""
     for name in REQUIRED:
         if not env.get(name, "").strip():
@@ -150,7 +150,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
     workers = _workers(env)
     pull_policy = _pull_policy(env)
     billing = _billing(env)
-    return Settings(
+    return ControllerSettings(
         postgres_dsn=env["POSTGRES_CONNECTION_STRING"],
         opencost_url=env["OPENCOST_CONNECTION_STRING"].strip(),
         opencost_deployment_name=env["OPENCOST_DEPLOYMENT_NAME"].strip(),

@@ -19,7 +19,9 @@ from prometheus_client.registry import Collector
 from finops.api import bodies
 from finops.collection import durations
 
-B = TypeVar("B", bodies.Subscription, bodies.PriceBook, bodies.CostJob, bodies.Budget)
+B = TypeVar(
+    "B", bodies.SubscriptionBody, bodies.PriceBookBody, bodies.CostJobBody, bodies.BudgetBody
+)
 Objects: TypeAlias = Callable[[], Iterable[B]]
 """The current contents of one watch store."""
 
@@ -44,7 +46,7 @@ def _condition(obj: Mapping[str, object], kind: str) -> Mapping[str, object]:
     return {}
 
 
-def subscription_families(subs: Iterable[bodies.Subscription]) -> list[GaugeMetricFamily]:
+def subscription_families(subs: Iterable[bodies.SubscriptionBody]) -> list[GaugeMetricFamily]:
     """Settled and projected micros per bucket and meter, and whether each is active."""
     current = GaugeMetricFamily(
         "finops_subscription_cost_current_micros",
@@ -78,7 +80,7 @@ def subscription_families(subs: Iterable[bodies.Subscription]) -> list[GaugeMetr
     return [current, projected, active]
 
 
-def pricebook_families(books: Iterable[bodies.PriceBook]) -> list[GaugeMetricFamily]:
+def pricebook_families(books: Iterable[bodies.PriceBookBody]) -> list[GaugeMetricFamily]:
     """Which book is active (value 1), with its currency, and each book's readiness."""
     info = GaugeMetricFamily(
         "finops_pricebook_active_info",
@@ -102,7 +104,7 @@ def pricebook_families(books: Iterable[bodies.PriceBook]) -> list[GaugeMetricFam
     return [info, ready]
 
 
-def costjob_families(jobs: Iterable[bodies.CostJob]) -> list[GaugeMetricFamily]:
+def costjob_families(jobs: Iterable[bodies.CostJobBody]) -> list[GaugeMetricFamily]:
     """The outcome, time and duration of each CostJob's last recorded run."""
     labels = ["namespace", "costjob", "type"]
     success = GaugeMetricFamily(
@@ -153,7 +155,7 @@ def costjob_families(jobs: Iterable[bodies.CostJob]) -> list[GaugeMetricFamily]:
     return [success, last, last_ok, duration]
 
 
-def budget_families(items: Iterable[bodies.Budget]) -> list[GaugeMetricFamily]:
+def budget_families(items: Iterable[bodies.BudgetBody]) -> list[GaugeMetricFamily]:
     """Each evaluated Budget's amount, spend and forecast for its current period, as its
     status says (a Budget not evaluated yet has no samples)."""
     labels = ["namespace", "budget"]
@@ -190,10 +192,10 @@ class CostCollector(Collector):
 
     def __init__(
         self,
-        subscriptions: Objects[bodies.Subscription],
-        pricebooks: Objects[bodies.PriceBook],
-        costjobs: Objects[bodies.CostJob],
-        budgets: Objects[bodies.Budget] = list,
+        subscriptions: Objects[bodies.SubscriptionBody],
+        pricebooks: Objects[bodies.PriceBookBody],
+        costjobs: Objects[bodies.CostJobBody],
+        budgets: Objects[bodies.BudgetBody] = list,
     ) -> None:
         self._subscriptions = subscriptions
         self._pricebooks = pricebooks
@@ -212,10 +214,10 @@ _installed: list[CostCollector] = []
 
 def install(
     registry: prometheus_client.CollectorRegistry,
-    subscriptions: Objects[bodies.Subscription],
-    pricebooks: Objects[bodies.PriceBook],
-    costjobs: Objects[bodies.CostJob],
-    budgets: Objects[bodies.Budget] = list,
+    subscriptions: Objects[bodies.SubscriptionBody],
+    pricebooks: Objects[bodies.PriceBookBody],
+    costjobs: Objects[bodies.CostJobBody],
+    budgets: Objects[bodies.BudgetBody] = list,
 ) -> None:
     """Serve the cost metrics of these caches on `registry`, replacing any earlier ones (a
     replica that regains leadership builds new caches)."""

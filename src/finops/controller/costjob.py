@@ -37,11 +37,11 @@ CONTROLLER = "costjob-controller"
 
 
 @dataclasses.dataclass
-class Reconciler:
+class CostJobReconciler:
     """Reconciles one CostJob per key (namespace, name)."""
 
     client: lightkube.AsyncClient
-    settings: config.Settings
+    settings: config.ControllerSettings
     controller: str = CONTROLLER
     _refused: set[str] = dataclasses.field(default_factory=set)
     """UIDs refused by this process: the Warning Event is recorded once, not every resync
@@ -66,7 +66,7 @@ class Reconciler:
         await self._write_condition(costjob, cond)
         return None
 
-    async def _refuse(self, costjob: bodies.CostJob) -> None:
+    async def _refuse(self, costjob: bodies.CostJobBody) -> None:
         ns, name = costjob["metadata"]["namespace"], costjob["metadata"]["name"]
         removed = False
         for res, obj_name in (
@@ -83,7 +83,7 @@ class Reconciler:
             await events.record(self.client, costjob, events.WARNING, cond.reason, cond.message)
             log.warning("costjob refused", extra={"costjob": f"{ns}/{name}", "reason": cond.reason})
 
-    async def _ensure_secret(self, costjob: bodies.CostJob) -> None:
+    async def _ensure_secret(self, costjob: bodies.CostJobBody) -> None:
         desired = costjobs.desired_secret(costjob, self.settings)
         meta = desired["metadata"]
         existing = await kube_client.get_or_none(
@@ -103,7 +103,7 @@ class Reconciler:
         body["metadata"]["resourceVersion"] = e_meta["resourceVersion"]
         await kube_client.replace(self.client, core_v1.Secret, body)
 
-    async def _ensure_cronjob(self, costjob: bodies.CostJob) -> None:
+    async def _ensure_cronjob(self, costjob: bodies.CostJobBody) -> None:
         desired = costjobs.desired_cronjob(costjob, self.settings)
         meta = desired["metadata"]
         schedule = desired.get("spec", {}).get("schedule")
@@ -135,7 +135,9 @@ class Reconciler:
             f"Updated CronJob {meta['name']} (schedule {schedule!r})",
         )
 
-    async def _write_condition(self, costjob: bodies.CostJob, cond: conditions.Condition) -> None:
+    async def _write_condition(
+        self, costjob: bodies.CostJobBody, cond: conditions.DecidedCondition
+    ) -> None:
         meta = costjob["metadata"]
         await status.apply(
             self.client,

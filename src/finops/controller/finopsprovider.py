@@ -34,11 +34,11 @@ CONTROLLER = "finopsprovider-controller"
 
 
 @dataclasses.dataclass
-class Reconciler:
+class ProviderReconciler:
     """Reconciles the FinOpsProvider named by the key."""
 
     client: lightkube.AsyncClient
-    settings: config.Settings
+    settings: config.ControllerSettings
     controller: str = CONTROLLER
 
     async def reconcile(self, key: tuple[str, str, str]) -> float | None:
@@ -62,8 +62,8 @@ class Reconciler:
         return None
 
     async def _apply(
-        self, provider: bodies.FinOpsProvider, branch: providers.Branch
-    ) -> conditions.Condition:
+        self, provider: bodies.FinOpsProviderBody, branch: providers.Branch
+    ) -> conditions.DecidedCondition:
         ns = self.settings.opencost_namespace
         found = [
             kube_client.to_dict(o) async for o in self.client.list(resources.OpenCost, namespace=ns)
@@ -103,7 +103,7 @@ class Reconciler:
         return providers.applied(branch, changed)
 
     async def _write_status(
-        self, provider: bodies.FinOpsProvider, cond: conditions.Condition
+        self, provider: bodies.FinOpsProviderBody, cond: conditions.DecidedCondition
     ) -> None:
         now = dt.datetime.now(dt.UTC)
         await status.apply(

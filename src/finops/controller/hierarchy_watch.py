@@ -39,10 +39,10 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]
 TARGET_RECHECK_CAP = 60.0
-B = TypeVar("B", bodies.Offering, bodies.Subscription)
+B = TypeVar("B", bodies.OfferingBody, bodies.SubscriptionBody)
 
 
-def _meta(obj: bodies.Object | None) -> bodies.ObjectMeta:
+def _meta(obj: bodies.Object | None) -> bodies.ObjectMetaBody:
     return (obj or {}).get("metadata") or {}
 
 
@@ -69,12 +69,12 @@ def deletion_flipped(old: B | None, new: B | None) -> bool:
     return refs.is_deleting(old) != refs.is_deleting(new)
 
 
-def book_changed(old: bodies.PriceBook | None, new: bodies.PriceBook | None) -> bool:
+def book_changed(old: bodies.PriceBookBody | None, new: bodies.PriceBookBody | None) -> bool:
     """A PriceBook change that can let an unresolved Offering resolve (or stop it)."""
     if old is None or new is None:
         return True
-    o: bodies.PriceBookStatus = old.get("status") or {}
-    n: bodies.PriceBookStatus = new.get("status") or {}
+    o: bodies.PriceBookStatusBody = old.get("status") or {}
+    n: bodies.PriceBookStatusBody = new.get("status") or {}
     return (
         old.get("spec") != new.get("spec")
         or o.get("active") != n.get("active")
@@ -91,7 +91,7 @@ def labels_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None)
     ).get("labels")
 
 
-def joined_family(old: bodies.Subscription | None, new: bodies.Subscription | None) -> bool:
+def joined_family(old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None) -> bool:
     """The Subscription's `status.compatibilityRoot` was just stamped (or changed).
 
     Its reconcile read the family through the index before the stamp reached the cache, so a
@@ -103,7 +103,7 @@ def joined_family(old: bodies.Subscription | None, new: bodies.Subscription | No
 
 
 def subscription_wakes(
-    caches: caches_.Caches, old: bodies.Subscription | None, new: bodies.Subscription | None
+    caches: caches_.Caches, old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None
 ) -> set[Key]:
     """The keys one Subscription watch event re-queues (indexes already updated)."""
     either = new if new is not None else old
@@ -131,7 +131,7 @@ def subscription_wakes(
 
 
 def offering_wakes(
-    caches: caches_.Caches, old: bodies.Offering | None, new: bodies.Offering | None
+    caches: caches_.Caches, old: bodies.OfferingBody | None, new: bodies.OfferingBody | None
 ) -> set[Key]:
     """The keys one Offering watch event re-queues (indexes already updated)."""
     either = new if new is not None else old
@@ -166,9 +166,9 @@ class Wiring:
     def __init__(
         self,
         client: lightkube.AsyncClient,
-        settings: config.Settings,
+        settings: config.ControllerSettings,
         enqueue: Callable[[Key], None],
-        books: Mapping[tuple[str, str], bodies.PriceBook],
+        books: Mapping[tuple[str, str], bodies.PriceBookBody],
         *,
         ledger_dsn: str | None = None,
         pending: Callable[[Key], bool] = lambda _key: False,
@@ -200,8 +200,8 @@ class Wiring:
             self.offering_source.store, self.subscription_source.store, books, namespaces
         )
         self.reconcilers: dict[str, Any] = {
-            offering.KIND: offering.Reconciler(client, self.caches, self.mirror),
-            subscription.KIND: subscription.Reconciler(
+            offering.KIND: offering.OfferingReconciler(client, self.caches, self.mirror),
+            subscription.KIND: subscription.SubscriptionReconciler(
                 client,
                 self.caches,
                 target_recheck_seconds=min(settings.resync_seconds, TARGET_RECHECK_CAP),
@@ -217,14 +217,14 @@ class Wiring:
             self.enqueue(key)
 
     def _on_subscription(
-        self, kind: str, old: bodies.Subscription | None, new: bodies.Subscription | None
+        self, kind: str, old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None
     ) -> None:
         self.caches.subscription_changed(old, new)
         self.fresh.seen(old, new)
         self._wake(subscription_wakes(self.caches, old, new))
 
     def _on_offering(
-        self, kind: str, old: bodies.Offering | None, new: bodies.Offering | None
+        self, kind: str, old: bodies.OfferingBody | None, new: bodies.OfferingBody | None
     ) -> None:
         self.caches.offering_changed(old, new)
         self._wake(offering_wakes(self.caches, old, new))
@@ -238,7 +238,9 @@ class Wiring:
                 {(subscription.KIND, n, name) for n, name in self.caches.subscriptions if n == ns}
             )
 
-    def on_pricebook(self, old: bodies.PriceBook | None, new: bodies.PriceBook | None) -> None:
+    def on_pricebook(
+        self, old: bodies.PriceBookBody | None, new: bodies.PriceBookBody | None
+    ) -> None:
         """Called by the manager's PriceBook handler for every PriceBook event."""
         if book_changed(old, new):
             self._wake(unresolved_offerings(self.caches))

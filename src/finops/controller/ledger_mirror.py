@@ -40,23 +40,25 @@ class MirrorError(Exception):
     """The ledger could not be written (the message carries no secrets)."""
 
 
-def _meta(obj: bodies.Object) -> bodies.ObjectMeta:
+def _meta(obj: bodies.Object) -> bodies.ObjectMetaBody:
     return obj.get("metadata") or {}
 
 
-def offering_version(obj: bodies.Offering) -> tuple[str, ...]:
+def offering_version(obj: bodies.OfferingBody) -> tuple[str, ...]:
     """What makes an Offering version distinct."""
     meta = _meta(obj)
     return ("Offering", str(meta.get("uid")), str(meta.get("generation")))
 
 
-def subscription_labels(obj: bodies.Subscription) -> dict[str, str]:
+def subscription_labels(obj: bodies.SubscriptionBody) -> dict[str, str]:
     """The Subscription's own `metadata.labels` (labels change without a new generation)."""
     labels = _meta(obj).get("labels") or {}
     return {str(k): str(v) for k, v in labels.items()}
 
 
-def subscription_version(obj: bodies.Subscription, labels: Mapping[str, str]) -> tuple[str, ...]:
+def subscription_version(
+    obj: bodies.SubscriptionBody, labels: Mapping[str, str]
+) -> tuple[str, ...]:
     """What makes a Subscription version distinct: its generation, its namespace's labels and
     its own labels."""
     meta = _meta(obj)
@@ -124,7 +126,7 @@ class Mirror:
             spec=spec,
         )
 
-    async def offering(self, obj: bodies.Offering) -> bool:
+    async def offering(self, obj: bodies.OfferingBody) -> bool:
         version = self._version(obj, obj.get("spec") or {})
 
         def write(conn: pool.Connection) -> int:
@@ -132,7 +134,7 @@ class Mirror:
 
         return await self._write("Offering", offering_version(obj), write)
 
-    async def subscription(self, obj: bodies.Subscription, labels: Mapping[str, str]) -> bool:
+    async def subscription(self, obj: bodies.SubscriptionBody, labels: Mapping[str, str]) -> bool:
         version = self._version(obj, obj.get("spec") or {})
 
         def write(conn: pool.Connection) -> int:

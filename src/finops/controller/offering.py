@@ -35,7 +35,7 @@ CONFLICT_RETRY = 0.2
 """Seconds before retrying a write that lost a resourceVersion race (the cache was stale)."""
 
 
-class Reconciler:
+class OfferingReconciler:
     """One Offering per key ("Offering", namespace, name)."""
 
     controller = CONTROLLER
@@ -68,7 +68,7 @@ class Reconciler:
             raise
         return await self._mirror(key, obj)
 
-    async def _sync(self, obj: bodies.Offering) -> bodies.Offering:
+    async def _sync(self, obj: bodies.OfferingBody) -> bodies.OfferingBody:
         if offerings.needs_finalizer(obj):
             obj = (
                 await finalizers.add(self.client, resources.Offering, obj, offerings.FINALIZER)
@@ -94,7 +94,7 @@ class Reconciler:
             log.info("offering released", extra={"offering": str(refs.key_of(obj))})
         return obj
 
-    async def _mirror(self, key: tuple[str, str, str], obj: bodies.Offering) -> float | None:
+    async def _mirror(self, key: tuple[str, str, str], obj: bodies.OfferingBody) -> float | None:
         if self.mirror is None:
             return None
         try:

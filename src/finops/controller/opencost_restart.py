@@ -35,7 +35,9 @@ def restart_patch(now: dt.datetime) -> dict[str, object]:
     }
 
 
-async def restart(client: lightkube.AsyncClient, settings: config.Settings, cause: str) -> bool:
+async def restart(
+    client: lightkube.AsyncClient, settings: config.ControllerSettings, cause: str
+) -> bool:
     """Patch the OpenCost Deployment; False (logged) when it does not exist."""
     where = f"{settings.opencost_namespace}/{settings.opencost_deployment_name}"
     try:

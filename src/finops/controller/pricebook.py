@@ -35,7 +35,7 @@ KEY = ("PriceBook", "", "*")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "finops-operator"}
 
 
-class Reconciler:
+class PriceBookReconciler:
     """Owns the election key; remembers a restart still owed after a failed attempt."""
 
     controller = CONTROLLER
@@ -43,8 +43,8 @@ class Reconciler:
     def __init__(
         self,
         client: lightkube.AsyncClient,
-        settings: config.Settings,
-        books: Mapping[tuple[str, str], bodies.PriceBook],
+        settings: config.ControllerSettings,
+        books: Mapping[tuple[str, str], bodies.PriceBookBody],
     ) -> None:
         self.client = client
         self.settings = settings

@@ -60,7 +60,7 @@ Record = Callable[[bodies.Object, str, str, str], Awaitable[None]]
 """Records one Event about an object: (object, type, reason, message)."""
 
 
-def watches_target(sub: bodies.Subscription) -> bool:
+def watches_target(sub: bodies.SubscriptionBody) -> bool:
     """A live Subscription with a complete `targetRef` whose target must be re-checked."""
     ref = subscriptions.target_ref(sub)
     return (
@@ -78,7 +78,7 @@ def soonest(*delays: float | None) -> float | None:
     return min(found) if found else None
 
 
-class Reconciler:
+class SubscriptionReconciler:
     """One Subscription per key ("Subscription", namespace, name)."""
 
     controller = CONTROLLER
@@ -133,16 +133,16 @@ class Reconciler:
             raise
         return soonest(delay, await self._mirror(key, sub))
 
-    def lookup(self, key: views.Key) -> bodies.Subscription | None:
+    def lookup(self, key: views.Key) -> bodies.SubscriptionBody | None:
         """A Subscription from the watch cache, or as we just wrote it if that is newer."""
         return self.fresh.latest(self.caches.subscription(key))
 
-    def members(self, root: str) -> list[bodies.Subscription]:
+    def members(self, root: str) -> list[bodies.SubscriptionBody]:
         """The family index, each member as fresh as `lookup` has it."""
         return [self.fresh.latest(m) or m for m in self.caches.members(root)]
 
     def _blockers(
-        self, sub: bodies.Subscription, decided: subscriptions.SubscriptionPlan
+        self, sub: bodies.SubscriptionBody, decided: subscriptions.SubscriptionPlan
     ) -> list[tuple[str, str, str]]:
         """The Subscriptions a hold waits on: the parent that is not Ready, or the family
         members that could cover a missing requirement but are not active (yet)."""
@@ -158,7 +158,7 @@ class Reconciler:
     def _wait_behind(
         self,
         key: tuple[str, str, str],
-        sub: bodies.Subscription,
+        sub: bodies.SubscriptionBody,
         decided: subscriptions.SubscriptionPlan,
     ) -> bool:
         """Reconcile in dependency order: a Subscription not activated yet, held on a parent
@@ -180,7 +180,7 @@ class Reconciler:
     def _await_parent(
         self,
         key: tuple[str, str, str],
-        sub: bodies.Subscription,
+        sub: bodies.SubscriptionBody,
         decided: subscriptions.SubscriptionPlan,
     ) -> float | None:
         """Seconds left for a new Subscription (no status written yet) to wait for a parent
@@ -201,8 +201,8 @@ class Reconciler:
         return due - now
 
     async def _sync(
-        self, key: tuple[str, str, str], sub: bodies.Subscription
-    ) -> tuple[bodies.Subscription, float | None]:
+        self, key: tuple[str, str, str], sub: bodies.SubscriptionBody
+    ) -> tuple[bodies.SubscriptionBody, float | None]:
         if subscriptions.needs_finalizer(sub):
             added = await finalizers.add(
                 self.client, resources.Subscription, sub, subscriptions.FINALIZER
@@ -245,7 +245,7 @@ class Reconciler:
         recheck = self.target_recheck_seconds if watches_target(sub) else None
         return sub, soonest(retry, recheck)
 
-    async def _target(self, sub: bodies.Subscription) -> subscriptions.TargetObserved:
+    async def _target(self, sub: bodies.SubscriptionBody) -> subscriptions.TargetObserved:
         """The plain GET the target gate needs (None when the gate has nothing to fetch)."""
         if not watches_target(sub):
             return None
@@ -267,7 +267,9 @@ class Reconciler:
             return None
         return dict((found.get("metadata") or {}).get("labels") or {})
 
-    async def _mirror(self, key: tuple[str, str, str], sub: bodies.Subscription) -> float | None:
+    async def _mirror(
+        self, key: tuple[str, str, str], sub: bodies.SubscriptionBody
+    ) -> float | None:
         if self.mirror is None:
             return None
         try:

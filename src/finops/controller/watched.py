@@ -59,7 +59,7 @@ def interned(value: Any) -> Any:
     return value
 
 
-def _metadata(meta: bodies.ObjectMeta) -> dict[str, Any]:
+def _metadata(meta: bodies.ObjectMetaBody) -> dict[str, Any]:
     whole: Mapping[str, object] = meta
     kept = {k: whole[k] for k in KEPT_META if k in whole}
     evidence = subscriptions.policy_evidence(meta)
@@ -77,12 +77,12 @@ def hierarchy_object(obj: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def offering(obj: Mapping[str, Any]) -> bodies.Offering:
+def offering(obj: Mapping[str, Any]) -> bodies.OfferingBody:
     """An Offering as its watch store keeps it."""
     return bodies.as_offering(hierarchy_object(obj))
 
 
-def subscription(obj: Mapping[str, Any]) -> bodies.Subscription:
+def subscription(obj: Mapping[str, Any]) -> bodies.SubscriptionBody:
     """A Subscription as its watch store keeps it."""
     return bodies.as_subscription(hierarchy_object(obj))
 

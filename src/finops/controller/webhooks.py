@@ -121,9 +121,9 @@ def internal_error(uid: str, message: str) -> dict[str, Any]:
 class Reads(Protocol):
     """What the Offering decisions read: every stored Offering and Subscription."""
 
-    async def offerings(self) -> list[bodies.Offering]: ...
+    async def offerings(self) -> list[bodies.OfferingBody]: ...
 
-    async def subscriptions(self) -> list[bodies.Subscription]: ...
+    async def subscriptions(self) -> list[bodies.SubscriptionBody]: ...
 
 
 class ClusterReads:
@@ -136,10 +136,10 @@ class ClusterReads:
         listing = self.client.list(res, namespace=lightkube.ALL_NS, chunk_size=LIST_CHUNK)
         return [kube_client.to_dict(o) async for o in listing]
 
-    async def offerings(self) -> list[bodies.Offering]:
+    async def offerings(self) -> list[bodies.OfferingBody]:
         return [bodies.as_offering(o) for o in await self._list(resources.Offering)]
 
-    async def subscriptions(self) -> list[bodies.Subscription]:
+    async def subscriptions(self) -> list[bodies.SubscriptionBody]:
         return [bodies.as_subscription(s) for s in await self._list(resources.Subscription)]
 
 

@@ -25,7 +25,7 @@ def version_of(obj: bodies.Object) -> str:
 
 @dataclasses.dataclass
 class _Entry:
-    obj: bodies.Subscription
+    obj: bodies.SubscriptionBody
     superseded: set[str]
     """The versions our writes replaced on the way to `obj` (the cache may still show one)."""
 
@@ -35,7 +35,7 @@ class Written:
 
     def __init__(
         self,
-        project: Callable[[Mapping[str, object]], bodies.Subscription] = bodies.as_subscription,
+        project: Callable[[Mapping[str, object]], bodies.SubscriptionBody] = bodies.as_subscription,
     ) -> None:
         """`project` is the watch store's projection, so an answer has the cache's shape."""
         self._entries: dict[views.Key, _Entry] = {}
@@ -44,7 +44,7 @@ class Written:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def record(self, before: bodies.Subscription, after: bodies.Subscription) -> None:
+    def record(self, before: bodies.SubscriptionBody, after: bodies.SubscriptionBody) -> None:
         """`before` (as read) was replaced by our write, which returned `after`."""
         old, new = version_of(before), version_of(after)
         if not old or not new or old == new:
@@ -56,7 +56,7 @@ class Written:
             superseded |= entry.superseded  # a chain of our own writes (finalizer, status)
         self._entries[key] = _Entry(self.project(after), superseded)
 
-    def latest(self, cached: bodies.Subscription | None) -> bodies.Subscription | None:
+    def latest(self, cached: bodies.SubscriptionBody | None) -> bodies.SubscriptionBody | None:
         """The freshest version known of the cached object (None stays None: it is gone)."""
         if cached is None:
             return None
@@ -67,7 +67,9 @@ class Written:
             return entry.obj
         return cached
 
-    def seen(self, old: bodies.Subscription | None, new: bodies.Subscription | None) -> None:
+    def seen(
+        self, old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None
+    ) -> None:
         """A watch event: forget the entry once the cache shows a version we did not replace."""
         either = new if new is not None else old
         if either is None:

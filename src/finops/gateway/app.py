@@ -74,7 +74,7 @@ class _OpenAuthorizer(Authorizer):
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class GatewaySettings:
     """The gateway's environment, read once at start."""
 
     port: int
@@ -84,7 +84,7 @@ class Settings:
     cluster: str
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewaySettings:
         env = os.environ if environ is None else environ
         dsn = env.get(DSN_ENV, "").strip()
         if not dsn:
@@ -105,7 +105,7 @@ class Settings:
 
 
 def _focus_handler(
-    settings: Settings,
+    settings: GatewaySettings,
     ledger: Callable[[], pool.Pool],
     authorizer: Authorizer,
 ) -> Callable[[Request], Awaitable[Response]]:
@@ -161,7 +161,9 @@ Query = Callable[[pool.Connection, dt.datetime, dt.datetime], Any]
 Guarded = Callable[[Request, Query], Awaitable[JSONResponse]]
 
 
-def _guard(settings: Settings, ledger: Callable[[], pool.Pool], authorizer: Authorizer) -> Guarded:
+def _guard(
+    settings: GatewaySettings, ledger: Callable[[], pool.Pool], authorizer: Authorizer
+) -> Guarded:
     """Run a ledger query for an authorised caller's namespace and window; refusals, a bad
     window and an unavailable ledger become the matching error responses."""
 
@@ -192,7 +194,7 @@ def _guard(settings: Settings, ledger: Callable[[], pool.Pool], authorizer: Auth
     return guarded
 
 
-def _reader(settings: Settings, ledger: Callable[[], pool.Pool]) -> dashboard.Ledger:
+def _reader(settings: GatewaySettings, ledger: Callable[[], pool.Pool]) -> dashboard.Ledger:
     """Ledger reads off the event loop for the dashboard; a failure is logged once here."""
 
     async def read(query: Callable[[pool.Connection], T]) -> T:
@@ -229,7 +231,7 @@ def _cost_item(r: reads.CostRow) -> dict[str, Any]:
     }
 
 
-def _middleware(settings: Settings) -> list[Middleware]:
+def _middleware(settings: GatewaySettings) -> list[Middleware]:
     """CORS for the configured origins (none: no CORS headers at all)."""
     if not settings.origins:
         return []
@@ -244,7 +246,7 @@ def _middleware(settings: Settings) -> list[Middleware]:
 
 
 def build(
-    settings: Settings,
+    settings: GatewaySettings,
     ledger: Callable[[], pool.Pool],
     authorizer: Authorizer,
 ) -> Starlette:
@@ -307,7 +309,7 @@ def main() -> int:
     """Console entry `finops-gateway`: serve on `PORT` until stopped."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        settings = Settings.from_env()
+        settings = GatewaySettings.from_env()
         pool.wait_until_reachable(settings.dsn, on_retry=_waiting_for_database)
         ledger = pool.open_pool(settings.dsn, apply_migrations=False, name="finops-gateway")
     except (pool.LedgerConnectionError, ValueError) as exc:

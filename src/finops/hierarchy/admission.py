@@ -32,12 +32,12 @@ class Verdict:
 
 
 ALLOWED = Verdict(True)
-B = TypeVar("B", bodies.Offering, bodies.Subscription)
+B = TypeVar("B", bodies.OfferingBody, bodies.SubscriptionBody)
 
 
 def offering_create(
-    offering: bodies.Offering,
-    existing: Iterable[bodies.Offering],
+    offering: bodies.OfferingBody,
+    existing: Iterable[bodies.OfferingBody],
     namespace: str | None = None,
 ) -> Verdict:
     """Refuse a requirement graph that closes on itself.
@@ -70,9 +70,9 @@ def offering_update() -> Verdict:
 
 
 def offering_delete(
-    offering: bodies.Offering,
-    stored_subscriptions: Iterable[bodies.Subscription],
-    stored_offerings: Iterable[bodies.Offering],
+    offering: bodies.OfferingBody,
+    stored_subscriptions: Iterable[bodies.SubscriptionBody],
+    stored_offerings: Iterable[bodies.OfferingBody],
 ) -> Verdict:
     """Refuse while anything references the Offering; the message names every dependent."""
     key = refs.key_of(offering)
@@ -89,7 +89,9 @@ def offering_delete(
     )
 
 
-def subscription_create(subscription: bodies.Subscription, namespace: str | None = None) -> Verdict:
+def subscription_create(
+    subscription: bodies.SubscriptionBody, namespace: str | None = None
+) -> Verdict:
     """Refuse a Subscription that is its own parent or its own target."""
     obj = _with_namespace(subscription, namespace)
     me = refs.key_of(obj)

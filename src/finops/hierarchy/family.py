@@ -21,31 +21,31 @@ from collections.abc import Callable, Iterable, Sequence
 from finops.api import bodies, views
 from finops.hierarchy import refs
 
-Members = Callable[[str], Iterable[bodies.Subscription]]
+Members = Callable[[str], Iterable[bodies.SubscriptionBody]]
 """The Subscriptions whose `status.compatibilityRoot` is the given uid (the family index)."""
 
 
-def parent_key(sub: bodies.Subscription) -> views.Key | None:
+def parent_key(sub: bodies.SubscriptionBody) -> views.Key | None:
     return views.SubscriptionView.parse(sub).parent
 
 
-def offering_key(sub: bodies.Subscription) -> views.Key | None:
+def offering_key(sub: bodies.SubscriptionBody) -> views.Key | None:
     return views.SubscriptionView.parse(sub).offering
 
 
-def root_of(sub: bodies.Subscription) -> str | None:
+def root_of(sub: bodies.SubscriptionBody) -> str | None:
     return views.SubscriptionView.parse(sub).compatibility_root
 
 
-def is_activated(sub: bodies.Subscription) -> bool:
+def is_activated(sub: bodies.SubscriptionBody) -> bool:
     return views.SubscriptionView.parse(sub).activated
 
 
-def is_deactivated(sub: bodies.Subscription) -> bool:
+def is_deactivated(sub: bodies.SubscriptionBody) -> bool:
     return views.SubscriptionView.parse(sub).deactivated
 
 
-def is_active(sub: bodies.Subscription) -> bool:
+def is_active(sub: bodies.SubscriptionBody) -> bool:
     """Billing is open: activated and not deactivated."""
     return views.SubscriptionView.parse(sub).active
 
@@ -58,14 +58,16 @@ class Root:
     problem: str = ""
 
 
-def resolve_root(sub: bodies.Subscription, lookup: refs.Lookup[bodies.Subscription]) -> Root:
+def resolve_root(
+    sub: bodies.SubscriptionBody, lookup: refs.Lookup[bodies.SubscriptionBody]
+) -> Root:
     """Walk up `spec.parent` to the Subscription with no parent (stopping early at an ancestor
     that already carries a stamped root). Refuses to loop on a parent cycle."""
     stamped = root_of(sub)
     if stamped:
         return Root(stamped)
     seen = {refs.key_of(sub)}
-    current: bodies.Subscription = sub
+    current: bodies.SubscriptionBody = sub
     while True:
         up = parent_key(current)
         if up is None:
@@ -85,7 +87,9 @@ def resolve_root(sub: bodies.Subscription, lookup: refs.Lookup[bodies.Subscripti
         current = found
 
 
-def subtree(sub: bodies.Subscription, members: Iterable[bodies.Subscription]) -> set[views.Key]:
+def subtree(
+    sub: bodies.SubscriptionBody, members: Iterable[bodies.SubscriptionBody]
+) -> set[views.Key]:
     """The Subscription's own key and those of all its descendants among `members`."""
     children: dict[views.Key, list[views.Key]] = collections.defaultdict(list)
     for member in members:
@@ -103,8 +107,8 @@ def subtree(sub: bodies.Subscription, members: Iterable[bodies.Subscription]) ->
 
 
 def coverage_candidates(
-    sub: bodies.Subscription, members: Iterable[bodies.Subscription]
-) -> list[bodies.Subscription]:
+    sub: bodies.SubscriptionBody, members: Iterable[bodies.SubscriptionBody]
+) -> list[bodies.SubscriptionBody]:
     """Family members that may cover this Subscription's requirements (active or not)."""
     if parent_key(sub) is None:
         return []
@@ -114,9 +118,9 @@ def coverage_candidates(
 
 
 def uncovered(
-    sub: bodies.Subscription,
+    sub: bodies.SubscriptionBody,
     required: Sequence[views.Key],
-    members: Iterable[bodies.Subscription],
+    members: Iterable[bodies.SubscriptionBody],
 ) -> views.Key | None:
     """The first required Offering no active candidate binds, or None when all are covered."""
     if not required:
@@ -130,5 +134,5 @@ def coverage_message(required: views.Key) -> str:
     return f"required offering {required} not covered by an active subscription in the family"
 
 
-Children = Callable[[views.Key], Iterable[bodies.Subscription]]
+Children = Callable[[views.Key], Iterable[bodies.SubscriptionBody]]
 """The Subscriptions whose `spec.parent` names the given key (the parent index)."""

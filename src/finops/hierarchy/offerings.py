@@ -29,7 +29,7 @@ FINALIZER = "offerings.finops.stakater.com/finalizer"
 PUBLISHED = "requirements resolved and pricing published"
 
 
-def requirements(offering: bodies.Offering) -> list[views.Key]:
+def requirements(offering: bodies.OfferingBody) -> list[views.Key]:
     """`spec.compatibility.requiredOfferings` as keys, in declared order."""
     compatibility = offering.get("spec", {}).get("compatibility") or {}
     found = (views.ref_key(r) for r in compatibility.get("requiredOfferings") or ())
@@ -90,7 +90,7 @@ def cycle_message(path: Sequence[views.Key]) -> str:
 
 
 def _walker(
-    offering: bodies.Offering, lookup: refs.Lookup[bodies.Offering]
+    offering: bodies.OfferingBody, lookup: refs.Lookup[bodies.OfferingBody]
 ) -> Callable[[views.Key], Sequence[views.Key] | None]:
     me = refs.key_of(offering)
 
@@ -117,7 +117,9 @@ class Check:
         return self.reason is Reason.VALIDATION_SUCCEEDED
 
 
-def requirement_check(offering: bodies.Offering, lookup: refs.Lookup[bodies.Offering]) -> Check:
+def requirement_check(
+    offering: bodies.OfferingBody, lookup: refs.Lookup[bodies.OfferingBody]
+) -> Check:
     """The requirement graph and each direct requirement, first problem wins."""
     me = refs.key_of(offering)
     try:
@@ -139,7 +141,7 @@ def requirement_check(offering: bodies.Offering, lookup: refs.Lookup[bodies.Offe
     return Check(Reason.VALIDATION_SUCCEEDED, "requirements resolved")
 
 
-def is_resolved(offering: bodies.Offering) -> bool:
+def is_resolved(offering: bodies.OfferingBody) -> bool:
     """Pricing was published once (and is therefore kept)."""
     pricing = offering.get("status", {}).get("resolvedPricing")
     return isinstance(pricing, Mapping) and bool(pricing.get("resolvedAt"))
@@ -150,7 +152,7 @@ class Readiness:
     """Whether the Offering is ready, why, and the `resolvedPricing` it should carry."""
 
     check: Check
-    resolved_pricing: bodies.ResolvedPricing | None
+    resolved_pricing: bodies.ResolvedPricingBody | None
 
     @property
     def ready(self) -> bool:
@@ -158,10 +160,10 @@ class Readiness:
 
 
 def readiness(
-    offering: bodies.Offering,
+    offering: bodies.OfferingBody,
     *,
-    lookup: refs.Lookup[bodies.Offering],
-    books: Iterable[bodies.PriceBook],
+    lookup: refs.Lookup[bodies.OfferingBody],
+    books: Iterable[bodies.PriceBookBody],
     now: dt.datetime,
 ) -> Readiness:
     """Requirements, then pricing (resolved now unless it already was)."""
@@ -181,12 +183,14 @@ def readiness(
     return Readiness(Check(Reason.VALIDATION_SUCCEEDED, PUBLISHED), resolution.pricing)
 
 
-def readiness_conditions(check: Check) -> tuple[conditions.Condition, conditions.Condition]:
+def readiness_conditions(
+    check: Check,
+) -> tuple[conditions.DecidedCondition, conditions.DecidedCondition]:
     """`Ready` and `PricingResolved`: same status, same message, same reason but on success."""
     status = "True" if check.ok else "False"
     return (
-        conditions.Condition(ConditionType.READY, status, check.reason, check.message),
-        conditions.Condition(
+        conditions.DecidedCondition(ConditionType.READY, status, check.reason, check.message),
+        conditions.DecidedCondition(
             ConditionType.PRICING_RESOLVED,
             status,
             Reason.PRICING_RESOLVED if check.ok else check.reason,
@@ -220,8 +224,8 @@ class Dependents:
 
 def dependents(
     key: views.Key,
-    subscriptions: Iterable[bodies.Subscription],
-    offerings: Iterable[bodies.Offering],
+    subscriptions: Iterable[bodies.SubscriptionBody],
+    offerings: Iterable[bodies.OfferingBody],
 ) -> Dependents:
     """Every Subscription whose `offeringRef` names `key` (any state), and every other Offering
     requiring it that is not itself being deleted; each sorted by key."""
@@ -242,20 +246,20 @@ def dependents(
 class Guard:
     """The `Deleting` condition and whether the finalizer may go."""
 
-    condition: conditions.Condition
+    condition: conditions.DecidedCondition
     release_finalizer: bool
 
 
 def deletion_guard(
-    offering: bodies.Offering,
-    subscriptions: Iterable[bodies.Subscription] | refs.ReadError,
-    offerings: Iterable[bodies.Offering] | refs.ReadError,
+    offering: bodies.OfferingBody,
+    subscriptions: Iterable[bodies.SubscriptionBody] | refs.ReadError,
+    offerings: Iterable[bodies.OfferingBody] | refs.ReadError,
 ) -> Guard:
     """`Deleting=False` while anything references the Offering, `True` (and release) when not."""
     for listed, what in ((subscriptions, "subscriptions"), (offerings, "offerings")):
         if isinstance(listed, refs.ReadError):
             return Guard(
-                conditions.Condition(
+                conditions.DecidedCondition(
                     ConditionType.DELETING,
                     "False",
                     Reason.VALIDATION_ERROR,
@@ -268,7 +272,7 @@ def deletion_guard(
     found = dependents(refs.key_of(offering), subscriptions, offerings)
     if not found:
         return Guard(
-            conditions.Condition(
+            conditions.DecidedCondition(
                 ConditionType.DELETING,
                 "True",
                 Reason.DELETION_ALLOWED,
@@ -282,7 +286,9 @@ def deletion_guard(
         else Reason.DEPENDENT_OFFERINGS_EXIST
     )
     return Guard(
-        conditions.Condition(ConditionType.DELETING, "False", reason, "; ".join(found.messages())),
+        conditions.DecidedCondition(
+            ConditionType.DELETING, "False", reason, "; ".join(found.messages())
+        ),
         False,
     )
 
@@ -294,7 +300,7 @@ def deletion_guard(
 class OfferingPlan:
     """What one reconcile of an Offering writes."""
 
-    status: bodies.OfferingStatus
+    status: bodies.OfferingStatusBody
     changed: bool
     readiness: Readiness
     release_finalizer: bool
@@ -302,13 +308,13 @@ class OfferingPlan:
 
 
 def plan(
-    offering: bodies.Offering,
+    offering: bodies.OfferingBody,
     *,
-    lookup: refs.Lookup[bodies.Offering],
-    books: Iterable[bodies.PriceBook],
+    lookup: refs.Lookup[bodies.OfferingBody],
+    books: Iterable[bodies.PriceBookBody],
     now: dt.datetime,
-    subscriptions: Iterable[bodies.Subscription] | refs.ReadError = (),
-    offerings: Iterable[bodies.Offering] | refs.ReadError = (),
+    subscriptions: Iterable[bodies.SubscriptionBody] | refs.ReadError = (),
+    offerings: Iterable[bodies.OfferingBody] | refs.ReadError = (),
 ) -> OfferingPlan:
     """The desired status of one Offering.
 
@@ -318,10 +324,10 @@ def plan(
     current = offering.get("status", {})
     generation = refs.generation_of(offering)
     found = readiness(offering, lookup=lookup, books=books, now=now)
-    conds: list[bodies.Condition] = list(current.get("conditions") or ())
+    conds: list[bodies.ConditionBody] = list(current.get("conditions") or ())
     for cond in readiness_conditions(found.check):
         conds = conditions.set_condition(conds, cond, generation=generation, now=now)
-    status = cast(bodies.OfferingStatus, dict(current))
+    status = cast(bodies.OfferingStatusBody, dict(current))
     status["ready"] = "True" if found.ready else "False"
     if found.resolved_pricing is not None:
         status["resolvedPricing"] = found.resolved_pricing
@@ -347,13 +353,13 @@ def plan(
     return OfferingPlan(status, status != dict(current), found, release, tuple(events))
 
 
-def needs_finalizer(offering: bodies.Offering) -> bool:
+def needs_finalizer(offering: bodies.OfferingBody) -> bool:
     """Added the first time the reconciler sees a live Offering."""
     finalizers = (offering.get("metadata") or {}).get("finalizers") or ()
     return not refs.is_deleting(offering) and FINALIZER not in finalizers
 
 
-def readiness_flipped(old: bodies.Offering | None, new: bodies.Offering | None) -> bool:
+def readiness_flipped(old: bodies.OfferingBody | None, new: bodies.OfferingBody | None) -> bool:
     """Whether Subscriptions bound to this Offering, and Offerings requiring it, should be
     re-queued: it appeared, disappeared, or its `status.ready` changed."""
     if old is None or new is None:
@@ -361,6 +367,6 @@ def readiness_flipped(old: bodies.Offering | None, new: bodies.Offering | None) 
     return refs.is_ready(old) != refs.is_ready(new)
 
 
-def awaits_pricebook(offering: bodies.Offering) -> bool:
+def awaits_pricebook(offering: bodies.OfferingBody) -> bool:
     """Not yet resolved, so a change among the PriceBooks may let it resolve (re-queue it)."""
     return not is_resolved(offering)

@@ -60,7 +60,7 @@ class TargetRef:
         return f"{self.api_version} {self.kind} {where}"
 
 
-def target_ref(sub: bodies.Subscription) -> TargetRef | None:
+def target_ref(sub: bodies.SubscriptionBody) -> TargetRef | None:
     lifecycle = sub.get("spec", {}).get("lifecycle") or {}
     ref = lifecycle.get("targetRef") if isinstance(lifecycle, Mapping) else None
     if not isinstance(ref, Mapping):
@@ -73,7 +73,7 @@ def target_ref(sub: bodies.Subscription) -> TargetRef | None:
     )
 
 
-def targets_itself(sub: bodies.Subscription, namespace: str | None = None) -> bool:
+def targets_itself(sub: bodies.SubscriptionBody, namespace: str | None = None) -> bool:
     """The targetRef names this very Subscription: name, namespace, kind and API version."""
     ref = target_ref(sub)
     if ref is None:
@@ -87,7 +87,7 @@ def targets_itself(sub: bodies.Subscription, namespace: str | None = None) -> bo
     )
 
 
-def names_itself_as_parent(sub: bodies.Subscription, namespace: str | None = None) -> bool:
+def names_itself_as_parent(sub: bodies.SubscriptionBody, namespace: str | None = None) -> bool:
     me = refs.key_of(sub)
     if namespace is not None:
         me = views.Key(namespace, me.name)
@@ -129,7 +129,7 @@ def _applied_policy(last: str) -> bool | None:
     return None
 
 
-def _field_managers(meta: bodies.ObjectMeta) -> list[Mapping[str, Any]]:
+def _field_managers(meta: bodies.ObjectMetaBody) -> list[Mapping[str, Any]]:
     """The managedFields entries of the object itself (not of a subresource)."""
     return [
         e
@@ -138,7 +138,7 @@ def _field_managers(meta: bodies.ObjectMeta) -> list[Mapping[str, Any]]:
     ]
 
 
-def _client_sent_policy(sub: bodies.Subscription) -> bool | None:
+def _client_sent_policy(sub: bodies.SubscriptionBody) -> bool | None:
     """Whether a client wrote `lifecycle.onParentDeactivate`, as far as the object tells.
 
     The CRD defaults the field whenever `lifecycle` is present, so the stored value alone
@@ -169,7 +169,7 @@ _MANAGERS = {  # (an Apply owns it, anyone owns it) -> one entry that reads the 
 }
 
 
-def policy_evidence(meta: bodies.ObjectMeta) -> dict[str, Any]:
+def policy_evidence(meta: bodies.ObjectMetaBody) -> dict[str, Any]:
     """The last-applied annotation and managedFields cut down to what `_client_sent_policy`
     reads, so a watch cache need not hold the whole manifest and every manager's field set.
 
@@ -197,7 +197,7 @@ def policy_evidence(meta: bodies.ObjectMeta) -> dict[str, Any]:
     return found
 
 
-def explicit_on_parent_deactivate(sub: bodies.Subscription) -> str | None:
+def explicit_on_parent_deactivate(sub: bodies.SubscriptionBody) -> str | None:
     """The Subscription's own policy when it set one on purpose, else None (DESIGN §2.5).
 
     A `lifecycle` block holding only `targetRef` sets nothing. `Orphan` is never a default, so
@@ -215,7 +215,7 @@ def explicit_on_parent_deactivate(sub: bodies.Subscription) -> str | None:
 
 
 def effective_on_parent_deactivate(
-    sub: bodies.Subscription, offering: bodies.Offering | None
+    sub: bodies.SubscriptionBody, offering: bodies.OfferingBody | None
 ) -> str:
     """The Subscription's explicit value, else the Offering's, else `Deactivate`; an Offering
     with `allowOverride: false` always decides."""
@@ -256,10 +256,10 @@ _Verdict = _Hold | _End | _Pass
 
 
 def _gates(
-    sub: bodies.Subscription,
+    sub: bodies.SubscriptionBody,
     *,
-    offering: refs.Observed[bodies.Offering],
-    lookup: refs.Lookup[bodies.Subscription],
+    offering: refs.Observed[bodies.OfferingBody],
+    lookup: refs.Lookup[bodies.SubscriptionBody],
     members: family.Members,
     target: TargetObserved,
 ) -> tuple[_Verdict, str | None]:
@@ -283,7 +283,7 @@ def _gates(
     return (held or _Pass(parent)), root
 
 
-def _self_reference(sub: bodies.Subscription) -> _Hold | None:
+def _self_reference(sub: bodies.SubscriptionBody) -> _Hold | None:
     me = refs.key_of(sub)
     if names_itself_as_parent(sub):
         return _Hold(
@@ -298,8 +298,8 @@ def _self_reference(sub: bodies.Subscription) -> _Hold | None:
 
 
 def _offering_gate(
-    sub: bodies.Subscription, offering: refs.Observed[bodies.Offering]
-) -> _Hold | bodies.Offering:
+    sub: bodies.SubscriptionBody, offering: refs.Observed[bodies.OfferingBody]
+) -> _Hold | bodies.OfferingBody:
     """The Offering when it exists and is ready, else why the Subscription holds."""
     offering_key = family.offering_key(sub)
     if isinstance(offering, refs.ReadError):
@@ -312,9 +312,9 @@ def _offering_gate(
 
 
 def _parent_gate(
-    sub: bodies.Subscription,
-    offering: bodies.Offering,
-    lookup: refs.Lookup[bodies.Subscription],
+    sub: bodies.SubscriptionBody,
+    offering: bodies.OfferingBody,
+    lookup: refs.Lookup[bodies.SubscriptionBody],
     active: bool,
 ) -> _Hold | _End | str:
     """The parent gate: a hold or an end, or why an active orphan outlived its parent
@@ -351,9 +351,9 @@ def _parent_gate(
 
 
 def _coverage_gate(
-    sub: bodies.Subscription,
-    offering: bodies.Offering,
-    family_members: Iterable[bodies.Subscription],
+    sub: bodies.SubscriptionBody,
+    offering: bodies.OfferingBody,
+    family_members: Iterable[bodies.SubscriptionBody],
     active: bool,
 ) -> _Hold | _End | None:
     """The compatibility gate: an active Subscription that lost coverage ends."""
@@ -367,7 +367,7 @@ def _coverage_gate(
 
 
 def _target_gate(
-    sub: bodies.Subscription, target: TargetObserved, active: bool
+    sub: bodies.SubscriptionBody, target: TargetObserved, active: bool
 ) -> _Hold | _End | None:
     """The target gate: a deleted target ends an active Subscription."""
     ref = target_ref(sub)
@@ -395,7 +395,7 @@ def _target_gate(
 class SubscriptionPlan:
     """What one reconcile of a Subscription writes, and what happened."""
 
-    status: bodies.SubscriptionStatus
+    status: bodies.SubscriptionStatusBody
     changed: bool
     reason: Reason | None
     """The decisive reason: the holding gate's, the activation's, or the deactivation cause
@@ -413,10 +413,10 @@ class SubscriptionPlan:
 class _Writer:
     """Accumulates one pass's status changes on a copy of the current status."""
 
-    def __init__(self, sub: bodies.Subscription, now: dt.datetime) -> None:
+    def __init__(self, sub: bodies.SubscriptionBody, now: dt.datetime) -> None:
         self.current = sub.get("status", {})
-        self.status = cast(bodies.SubscriptionStatus, dict(self.current))
-        self.conds: list[bodies.Condition] = list(self.current.get("conditions") or ())
+        self.status = cast(bodies.SubscriptionStatusBody, dict(self.current))
+        self.conds: list[bodies.ConditionBody] = list(self.current.get("conditions") or ())
         self.generation = refs.generation_of(sub)
         self.now = now
         self.events: list[refs.Event] = []
@@ -424,7 +424,7 @@ class _Writer:
     def condition(self, type_: ConditionType, status: str, reason: Reason, message: str) -> None:
         self.conds = conditions.set_condition(
             self.conds,
-            conditions.Condition(type_, status, reason, message),
+            conditions.DecidedCondition(type_, status, reason, message),
             generation=self.generation,
             now=self.now,
         )
@@ -477,10 +477,10 @@ class _Writer:
 
 
 def plan(
-    sub: bodies.Subscription,
+    sub: bodies.SubscriptionBody,
     *,
-    offering: refs.Observed[bodies.Offering],
-    lookup: refs.Lookup[bodies.Subscription],
+    offering: refs.Observed[bodies.OfferingBody],
+    lookup: refs.Lookup[bodies.SubscriptionBody],
     members: family.Members,
     target: TargetObserved = None,
     now: dt.datetime,
@@ -559,7 +559,7 @@ def _plan_passed(
     return out.plan(reason, message, activated=activated)
 
 
-def needs_finalizer(sub: bodies.Subscription) -> bool:
+def needs_finalizer(sub: bodies.SubscriptionBody) -> bool:
     """Added the first time the reconciler sees a live Subscription; only the charge job
     removes it."""
     view = views.SubscriptionView.parse(sub)
@@ -578,7 +578,9 @@ class Fanout:
     parent: views.Key
 
 
-def fanout(old: bodies.Subscription | None, new: bodies.Subscription | None) -> Fanout | None:
+def fanout(
+    old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None
+) -> Fanout | None:
     """The re-queue a watch event calls for: a create, a delete (the deletion timestamp
     appearing, or the object going away), or a flip of the activation state. Anything else,
     such as refreshed cost buckets or a rewritten condition, re-queues nobody."""

@@ -108,7 +108,7 @@ class _Settings:
     dsn: str
 
     @classmethod
-    def of(cls, env: Mapping[str, str], now: dt.datetime, costjob: bodies.CostJob) -> _Settings:
+    def of(cls, env: Mapping[str, str], now: dt.datetime, costjob: bodies.CostJobBody) -> _Settings:
         spec: Mapping[str, object] = costjob.get("spec") or {}
         return cls(
             cluster=pool.cluster_id(env),
@@ -132,7 +132,7 @@ class _Book:
     rates: Mapping[str, int]
 
     @classmethod
-    def of(cls, book: bodies.PriceBook) -> _Book:
+    def of(cls, book: bodies.PriceBookBody) -> _Book:
         meta = book.get("metadata") or {}
         spec = book.get("spec")
         try:
@@ -153,7 +153,7 @@ async def collect(
     kube: AsyncClient,
     env: Mapping[str, str],
     now: dt.datetime,
-    costjob: bodies.CostJob,
+    costjob: bodies.CostJobBody,
 ) -> RunResult:
     """Everything between reading the CostJob and recording the outcome; raises on failure."""
     settings = _Settings.of(env, now, costjob)
@@ -382,7 +382,10 @@ async def run(
 
 
 async def _attempt(
-    client: AsyncClient, env: Mapping[str, str], started_at: dt.datetime, costjob: bodies.CostJob
+    client: AsyncClient,
+    env: Mapping[str, str],
+    started_at: dt.datetime,
+    costjob: bodies.CostJobBody,
 ) -> str:
     """Run `collect`; the failure as the execution record's text ('' on success)."""
     try:
@@ -406,8 +409,8 @@ async def _attempt(
 async def _record(
     client: AsyncClient,
     env: Mapping[str, str],
-    costjob: bodies.CostJob,
-    record: plan.ExecutionRecord,
+    costjob: bodies.CostJobBody,
+    record: plan.RunRecord,
 ) -> bool:
     """Prepend the record to the CostJob's history; False (logged) when that failed."""
     meta = costjob.get("metadata") or {}

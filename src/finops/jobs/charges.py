@@ -102,7 +102,7 @@ def _write(
     tables: charge_plan.Tables,
     scheduled: dt.datetime,
     boundary: dt.datetime | None,
-) -> charge_sql.Written:
+) -> charge_sql.WriteCounts:
     """Replace the charged windows' open rows by the planned ones, in one unit of work."""
     with unit.begin(conn) as work:
         written = charge_sql.write(
@@ -212,10 +212,10 @@ def _describe(exc: BaseException) -> str:
 
 
 def _costs_changes(
-    costs: list[bodies.CostBucket], reason: reasons.CostsReason, now: dt.datetime
+    costs: list[bodies.CostBucketBody], reason: reasons.CostsReason, now: dt.datetime
 ) -> list[status.Change]:
     """Fresh buckets and `CostsResolved` (nothing is written when both are as they were)."""
-    resolved = conditions.Condition(
+    resolved = conditions.DecidedCondition(
         reasons.ConditionType.COSTS_RESOLVED, "True", reason.value, charges.COSTS_MESSAGES[reason]
     )
     return [status.set_fields({"costs": costs}), status.set_condition(resolved, now)]
@@ -236,8 +236,8 @@ class _Listed:
     """The listed Subscriptions this run handles: activated ones (billed), and deleted ones
     that never activated but still carry our finalizer (released with nothing to bill)."""
 
-    activated: list[tuple[bodies.Subscription, charges.SubscriptionState]]
-    never_activated: list[tuple[bodies.Subscription, charges.SubscriptionState]]
+    activated: list[tuple[bodies.SubscriptionBody, charges.SubscriptionState]]
+    never_activated: list[tuple[bodies.SubscriptionBody, charges.SubscriptionState]]
 
 
 @dataclasses.dataclass
@@ -285,7 +285,7 @@ async def collect(
     return run.report
 
 
-def _sort(objects: Sequence[bodies.Subscription], run: _Run) -> _Listed:
+def _sort(objects: Sequence[bodies.SubscriptionBody], run: _Run) -> _Listed:
     """Phase 1: parse each listed Subscription; one that cannot be read is a failure."""
     listed = _Listed([], [])
     for obj in objects:
@@ -311,7 +311,7 @@ def _sort(objects: Sequence[bodies.Subscription], run: _Run) -> _Listed:
 
 
 async def _read_terms(
-    run: _Run, activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]]
+    run: _Run, activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]]
 ) -> _Terms:
     """Phase 2: read every referenced Offering once and the namespace labels, and build each
     Subscription's terms; a missing Offering or bad terms hold only that Subscription."""
@@ -336,7 +336,7 @@ async def _read_terms(
             )
             continue
         try:
-            spec = offering.get("spec") or cast(bodies.OfferingSpec, {})
+            spec = offering.get("spec") or cast(bodies.OfferingSpecBody, {})
             terms = charges.terms_for(state, spec)
         except charges.TermsError as exc:
             run.report.errors[state.key] = str(exc)
@@ -350,7 +350,7 @@ async def _read_terms(
 
 async def _charge_ledger(
     run: _Run,
-    activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]],
+    activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]],
     terms: _Terms,
     ledger: Callable[[Sequence[charge_plan.Billed]], LedgerResult],
 ) -> LedgerResult | None:
@@ -382,7 +382,7 @@ async def _charge_ledger(
 
 async def _write_costs(
     run: _Run,
-    activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]],
+    activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]],
     terms: _Terms,
     result: LedgerResult | None,
 ) -> dict[str, Mapping[str, Any]]:
@@ -419,7 +419,7 @@ async def _write_costs(
 
 async def _release_settled(
     run: _Run,
-    activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]],
+    activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]],
     terms: _Terms,
     boundary: dt.datetime | None,
     latest: Mapping[str, Mapping[str, Any]],
@@ -448,7 +448,7 @@ def _still_settled(
     terms: charges.Terms,
     scheduled: dt.datetime,
     boundary: dt.datetime | None,
-    fresh: bodies.Subscription,
+    fresh: bodies.SubscriptionBody,
 ) -> bool:
     """The release decision, asked again of a freshly read Subscription."""
     again = charges.SubscriptionState.from_object(fresh)
@@ -459,13 +459,13 @@ def _still_settled(
     )
 
 
-def _still_never_activated(fresh: bodies.Subscription) -> bool:
+def _still_never_activated(fresh: bodies.SubscriptionBody) -> bool:
     again = charges.SubscriptionState.from_object(fresh)
     return again.deleting and again.activated_at is None
 
 
 async def _release_never_activated(
-    run: _Run, never_activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]]
+    run: _Run, never_activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]]
 ) -> None:
     """Phase 6: deleted Subscriptions that never activated have nothing to settle."""
     line = f"{charges.Release.RELEASE.value} (never activated, nothing to bill)"
@@ -477,7 +477,7 @@ async def _release(
     run: _Run,
     obj: Mapping[str, Any],
     state: charges.SubscriptionState,
-    still_allowed: Callable[[bodies.Subscription], bool],
+    still_allowed: Callable[[bodies.SubscriptionBody], bool],
     line: str,
 ) -> None:
     """Take our finalizer off one Subscription; a failure is recorded against it."""

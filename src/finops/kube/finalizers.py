@@ -20,8 +20,8 @@ Body = TypeVar("Body", bound=bodies.Object)
 """An object of any kind: what is patched comes back as the same kind."""
 
 
-def _meta(obj: bodies.Object) -> bodies.ObjectMeta:
-    return obj.get("metadata") or bodies.ObjectMeta()
+def _meta(obj: bodies.Object) -> bodies.ObjectMetaBody:
+    return obj.get("metadata") or bodies.ObjectMetaBody()
 
 
 def add_ops(obj: bodies.Object, finalizer: str) -> list[dict[str, object]] | None:

@@ -67,7 +67,7 @@ def set_fields(fields: Mapping[str, object]) -> Change:
     return lambda obj: {**status_of(obj), **fields}
 
 
-def set_condition(condition: conditions.Condition, now: dt.datetime) -> Change:
+def set_condition(condition: conditions.DecidedCondition, now: dt.datetime) -> Change:
     """`condition` set in `status.conditions` for the object's generation (its transition
     time moves only when its status does)."""
 

@@ -335,7 +335,7 @@ async def _batches(
             yield batch
 
 
-def _usable_sharding(cfg: config.OpenCostConfig) -> config.Sharding | None:
+def _usable_sharding(cfg: config.OpenCostConfig) -> config.ShardPlan | None:
     """The configured sharding, or None when the aggregate could merge rows across shards."""
     if cfg.sharding is not None and not shardable(cfg.aggregate):
         log.warning(
@@ -350,7 +350,7 @@ def _usable_sharding(cfg: config.OpenCostConfig) -> config.Sharding | None:
 async def _iter_shards(
     oc: OpenCostClient,
     hour: dt.datetime,
-    sharding: config.Sharding,
+    sharding: config.ShardPlan,
     fetch: Callable[[Sequence[str] | None], Awaitable[B]],
     names: Callable[[B], Iterable[str]],
 ) -> AsyncGenerator[B, None]:

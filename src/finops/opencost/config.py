@@ -87,7 +87,7 @@ def _positive_int(spec: Mapping[str, object], key: str, default: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Sharding:
+class ShardPlan:
     """`spec.sharding`: up to `namespaces_per_shard` namespaces a query, `concurrency` at once."""
 
     namespaces_per_shard: int = DEFAULT_NAMESPACES_PER_SHARD
@@ -98,7 +98,7 @@ class Sharding:
             raise ValueError("namespacesPerShard and concurrency must be at least 1")
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, object]) -> Sharding | None:
+    def from_spec(cls, spec: Mapping[str, object]) -> ShardPlan | None:
         """None when the CostJob does not opt in (one unfiltered query per hour)."""
         raw = spec.get("sharding")
         if raw is None:
@@ -128,7 +128,7 @@ class OpenCostConfig:
     step: str = DEFAULT_STEP
     resolution: str = DEFAULT_RESOLUTION
     fetch_timeout: dt.timedelta = timeouts.BY_ATTRIBUTE["opencost_fetch"].default
-    sharding: Sharding | None = None
+    sharding: ShardPlan | None = None
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 
     @classmethod
@@ -147,5 +147,5 @@ class OpenCostConfig:
             step=_text_setting(env, "OPENCOST_STEP", DEFAULT_STEP),
             resolution=_text_setting(env, "OPENCOST_RESOLUTION", DEFAULT_RESOLUTION),
             fetch_timeout=Timeouts.from_sources(spec, env).opencost_fetch,
-            sharding=Sharding.from_spec(spec),
+            sharding=ShardPlan.from_spec(spec),
         )

@@ -33,7 +33,7 @@ class Candidate:
         return (self.namespace, self.name)
 
     @classmethod
-    def from_object(cls, obj: bodies.PriceBook) -> Candidate:
+    def from_object(cls, obj: bodies.PriceBookBody) -> Candidate:
         """Build from a raw PriceBook object as the API server returns it."""
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
@@ -75,11 +75,11 @@ def elect(books: Iterable[Candidate]) -> Candidate | None:
 class RateSource:
     """The book a collection run prices with, or why there is none."""
 
-    book: bodies.PriceBook | None
+    book: bodies.PriceBookBody | None
     problem: str = ""
 
 
-def rate_source(books: Iterable[bodies.PriceBook]) -> RateSource:
+def rate_source(books: Iterable[bodies.PriceBookBody]) -> RateSource:
     """The cluster's active, `currency` PriceBook (DESIGN §2.3), as marked by the controller.
 
     Only books whose `status.active` is true count (if a transition left several marked, the

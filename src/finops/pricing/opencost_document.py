@@ -30,7 +30,7 @@ _FIELDS: tuple[tuple[str, str], ...] = (
 )
 
 
-def render(book_name: str, rates: bodies.PriceRates | None) -> dict[str, str]:
+def render(book_name: str, rates: bodies.PriceRatesBody | None) -> dict[str, str]:
     """The flat document for one book; also what `status.activePricing` mirrors."""
     given: Mapping[str, object] = rates or {}
     doc = {"provider": "custom", "description": f"Pricebook from: {book_name}"}

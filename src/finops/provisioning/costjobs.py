@@ -149,7 +149,7 @@ def secret_name(costjob_name: str) -> str:
     return f"{costjob_name}-costjob-secret"
 
 
-def owner_reference(costjob: bodies.CostJob) -> Json:
+def owner_reference(costjob: bodies.CostJobBody) -> Json:
     """Controller owner reference: deleting the CostJob garbage-collects what it owns."""
     meta = costjob["metadata"]
     return {
@@ -162,7 +162,7 @@ def owner_reference(costjob: bodies.CostJob) -> Json:
     }
 
 
-def labels(costjob: bodies.CostJob) -> dict[str, str]:
+def labels(costjob: bodies.CostJobBody) -> dict[str, str]:
     return {
         MANAGED_BY_LABEL: MANAGED_BY,
         "app.kubernetes.io/name": "finops-operator",
@@ -180,7 +180,7 @@ def merge_env(template: Sequence[EnvVar], overrides: Sequence[EnvVar]) -> list[E
     return merged
 
 
-def reconciler_env(costjob: bodies.CostJob, settings: JobSettings) -> list[EnvVar]:
+def reconciler_env(costjob: bodies.CostJobBody, settings: JobSettings) -> list[EnvVar]:
     """The variables the reconciler names for one CostJob."""
     meta = costjob["metadata"]
     spec = costjob.get("spec") or {}
@@ -218,7 +218,7 @@ def pull_secrets(raw: str) -> list[dict[str, str]]:
     return [{"name": item["name"]} for item in parsed]
 
 
-def desired_cronjob(costjob: bodies.CostJob, settings: JobSettings) -> Manifest:
+def desired_cronjob(costjob: bodies.CostJobBody, settings: JobSettings) -> Manifest:
     """The whole CronJob this CostJob should own."""
     meta = costjob["metadata"]
     spec = costjob.get("spec") or {}
@@ -269,7 +269,7 @@ def desired_cronjob(costjob: bodies.CostJob, settings: JobSettings) -> Manifest:
     }
 
 
-def desired_secret(costjob: bodies.CostJob, settings: JobSettings) -> Manifest:
+def desired_secret(costjob: bodies.CostJobBody, settings: JobSettings) -> Manifest:
     """The DSN Secret the job pod reads through `secretKeyRef`."""
     meta = costjob["metadata"]
     return {
@@ -288,17 +288,17 @@ def desired_secret(costjob: bodies.CostJob, settings: JobSettings) -> Manifest:
 
 def scheduled_condition(
     allowed: bool, namespace: str, settings: JobSettings
-) -> conditions.Condition:
+) -> conditions.DecidedCondition:
     """Why the CostJob is, or is not, scheduled."""
     if allowed:
-        return conditions.Condition(
+        return conditions.DecidedCondition(
             ConditionType.SCHEDULED,
             "True",
             reasons.CostJobReason.CRON_JOB_READY,
             "The CronJob and its DSN Secret are in place",
         )
     allowed_list = ", ".join(sorted(settings.costjob_allowed_namespaces)) or "none"
-    return conditions.Condition(
+    return conditions.DecidedCondition(
         ConditionType.SCHEDULED,
         "False",
         reasons.CostJobReason.NAMESPACE_NOT_ALLOWED,
@@ -307,7 +307,7 @@ def scheduled_condition(
     )
 
 
-def already_refused(costjob: bodies.CostJob) -> bool:
+def already_refused(costjob: bodies.CostJobBody) -> bool:
     """The status already records this generation's refusal, so its Event was recorded (by
     this replica or one that led before it, e.g. before an API server outage)."""
     status = costjob.get("status") or {}
@@ -321,7 +321,7 @@ def already_refused(costjob: bodies.CostJob) -> bool:
     )
 
 
-def owned_by(obj: Mapping[str, Any], costjob: bodies.CostJob) -> bool:
+def owned_by(obj: Mapping[str, Any], costjob: bodies.CostJobBody) -> bool:
     uid = costjob["metadata"]["uid"]
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("uid") == uid and r.get("controller") for r in refs)

@@ -18,11 +18,11 @@ from finops.billing import money
 from finops.pricing import election, opencost_document
 
 
-def readiness(book: bodies.PriceBook) -> conditions.Condition:
+def readiness(book: bodies.PriceBookBody) -> conditions.DecidedCondition:
     """Ready=True unless a `currency` book has a rate that does not parse to micros."""
     spec = book.get("spec")
     if spec is None or spec.get("valuationMode") != "currency":
-        return conditions.Condition(
+        return conditions.DecidedCondition(
             ConditionType.READY,
             "True",
             PriceBookReason.VALIDATION_SUCCEEDED,
@@ -31,10 +31,10 @@ def readiness(book: bodies.PriceBook) -> conditions.Condition:
     try:
         money.parse_rates(spec.get("rates"))
     except money.RateParseError as exc:
-        return conditions.Condition(
+        return conditions.DecidedCondition(
             ConditionType.READY, "False", PriceBookReason.PRICEBOOK_PARSE_FAILED, str(exc)
         )
-    return conditions.Condition(
+    return conditions.DecidedCondition(
         ConditionType.READY, "True", PriceBookReason.VALIDATION_SUCCEEDED, "Every rate parsed"
     )
 
@@ -45,13 +45,13 @@ class BookPlan:
 
     namespace: str
     name: str
-    status: bodies.PriceBookStatus
+    status: bodies.PriceBookStatusBody
     changed: bool
     events: tuple[tuple[str, str, str], ...]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Plan:
+class ElectionPlan:
     """The decision of one pass over every PriceBook."""
 
     winner: tuple[str, str] | None
@@ -60,18 +60,18 @@ class Plan:
     """The rendered pricing document, or None to leave the stored one alone."""
 
 
-def _key(book: bodies.PriceBook) -> tuple[str, str]:
+def _key(book: bodies.PriceBookBody) -> tuple[str, str]:
     meta = book.get("metadata") or {}
     return (str(meta.get("namespace", "")), str(meta.get("name", "")))
 
 
-def _rates(book: bodies.PriceBook) -> bodies.PriceRates | None:
+def _rates(book: bodies.PriceBookBody) -> bodies.PriceRatesBody | None:
     spec = book.get("spec")
     return None if spec is None else spec.get("rates")
 
 
 def plan_book(
-    book: bodies.PriceBook,
+    book: bodies.PriceBookBody,
     *,
     winner: tuple[str, str] | None,
     now: dt.datetime,
@@ -80,8 +80,8 @@ def plan_book(
     meta = book.get("metadata") or {}
     namespace, name = _key(book)
     generation = meta.get("generation")
-    current: bodies.PriceBookStatus = book.get("status") or {}
-    status = bodies.PriceBookStatus(**current)
+    current: bodies.PriceBookStatusBody = book.get("status") or {}
+    status = bodies.PriceBookStatusBody(**current)
     ready = readiness(book)
     conds = conditions.set_condition(
         current.get("conditions"), ready, generation=generation, now=now
@@ -97,14 +97,14 @@ def plan_book(
                 else "Holds the active slot, but its rates do not parse; "
                 "OpenCost keeps the last good document"
             )
-            change = conditions.Condition(
+            change = conditions.DecidedCondition(
                 ConditionType.ACTIVE, "True", PriceBookReason.ACTIVATED, message
             )
             found.append((EventType.NORMAL, PriceBookReason.ACTIVATED, message))
         else:
             holder = f"{winner[0]}/{winner[1]}" if winner else "no book"
             message = f"Demoted: PriceBook {holder} holds the active slot"
-            change = conditions.Condition(
+            change = conditions.DecidedCondition(
                 ConditionType.ACTIVE, "False", PriceBookReason.DEMOTED, message
             )
             found.append((EventType.NORMAL, PriceBookReason.DEMOTED, message))
@@ -121,7 +121,7 @@ def plan_book(
     return BookPlan(namespace, name, status, status != current, tuple(found))
 
 
-def plan(books: Iterable[bodies.PriceBook], now: dt.datetime) -> Plan:
+def plan(books: Iterable[bodies.PriceBookBody], now: dt.datetime) -> ElectionPlan:
     """Elect, then plan every book and the document (None when the winner is not ready)."""
     pool = list(books)
     won = election.elect(election.Candidate.from_object(b) for b in pool)
@@ -131,4 +131,4 @@ def plan(books: Iterable[bodies.PriceBook], now: dt.datetime) -> Plan:
     for book in pool:
         if _key(book) == winner and readiness(book).status == "True":
             document = opencost_document.render(winner[1], _rates(book))
-    return Plan(winner, plans, document)
+    return ElectionPlan(winner, plans, document)

@@ -26,12 +26,12 @@ class Branch:
     custom_pricing: bool
 
 
-def decide(spec: bodies.FinOpsProviderSpec | None) -> Branch | None:
+def decide(spec: bodies.FinOpsProviderSpecBody | None) -> Branch | None:
     """The branch that applies, or None when no option is valid (the first cloud block with
     a secret wins: aws, gcp, azure)."""
     if spec is None:
         return None
-    clouds: tuple[tuple[str, bodies.CloudOptions | None], ...] = (
+    clouds: tuple[tuple[str, bodies.CloudOptionsBody | None], ...] = (
         ("aws", spec.get("awsoptions")),
         ("gcp", spec.get("gcpoptions")),
         ("azure", spec.get("azureoptions")),
@@ -60,17 +60,19 @@ def desired_opencost_spec(current: Mapping[str, Any] | None, branch: Branch) -> 
     return spec
 
 
-def ready_condition(reason: str, message: str) -> conditions.Condition:
+def ready_condition(reason: str, message: str) -> conditions.DecidedCondition:
     status = (
         "True"
         if reason
         in (reasons.ProviderReason.PROVIDER_APPLIED, reasons.ProviderReason.BRING_YOUR_OWN_OPENCOST)
         else "False"
     )
-    return conditions.Condition(reasons.ConditionType.READY, status, reason, message)
+    return conditions.DecidedCondition(reasons.ConditionType.READY, status, reason, message)
 
 
-def without_opencost(branch: Branch | None, *, mto_enabled: bool) -> conditions.Condition | None:
+def without_opencost(
+    branch: Branch | None, *, mto_enabled: bool
+) -> conditions.DecidedCondition | None:
     """The Ready condition of a pass that touches no OpenCost resource: no valid option, or
     bring-your-own mode; None when the branch is to be applied to MTO's OpenCost."""
     if branch is None:
@@ -88,21 +90,21 @@ def without_opencost(branch: Branch | None, *, mto_enabled: bool) -> conditions.
     return None
 
 
-def no_opencost(namespace: str) -> conditions.Condition:
+def no_opencost(namespace: str) -> conditions.DecidedCondition:
     return ready_condition(
         reasons.ProviderReason.OPENCOST_PATCH_FAILED,
         f"No OpenCost resource found in namespace {namespace!r} to configure",
     )
 
 
-def patch_failed(error: Exception) -> conditions.Condition:
+def patch_failed(error: Exception) -> conditions.DecidedCondition:
     return ready_condition(
         reasons.ProviderReason.OPENCOST_PATCH_FAILED,
         f"Patching the OpenCost resource failed: {error}",
     )
 
 
-def applied(branch: Branch, changed: Sequence[str]) -> conditions.Condition:
+def applied(branch: Branch, changed: Sequence[str]) -> conditions.DecidedCondition:
     """Ready after the branch was applied to the named OpenCost resources (none changed)."""
     if not changed:
         return ready_condition(

@@ -41,7 +41,7 @@ costs more than the whole aggregate."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Written:
+class WriteCounts:
     """What one write did."""
 
     written: int
@@ -611,11 +611,11 @@ def write(
     tables: charge_plan.Tables,
     scheduled: dt.datetime,
     boundary: dt.datetime | None,
-) -> Written:
+) -> WriteCounts:
     """Write every charge row of the run (in the caller's transaction): a fresh
     Subscription's rows straight into the ledger, the others' staged and merged."""
     if not tables.subscriptions:
-        return Written(0, 0, 0)
+        return WriteCounts(0, 0, 0)
     params = _prepare(conn, cluster, tables, scheduled, boundary)
     fresh = conn.execute(_FRESH.encode(), params).fetchall()
     touched = {str(uid) for uid, is_fresh in fresh if not is_fresh}
@@ -638,7 +638,7 @@ def write(
     if touched:
         merged, deleted = _merge(conn, params)
         written += merged
-    return Written(written, deleted, usage_rows)
+    return WriteCounts(written, deleted, usage_rows)
 
 
 def stage(

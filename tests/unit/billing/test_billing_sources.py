@@ -98,7 +98,7 @@ def test_a_subscription_without_sources_selects_nothing() -> None:
 
 
 ENTRIES = st.builds(
-    sources.UsageSource,
+    sources.SourceFilter,
     resource_type=st.sampled_from(["", "Deployment", "StatefulSet", "Pod"]),
     name=st.sampled_from(["", "acme-api", "acme-db", "acme-db-0", "acme-worker"]),
     namespace=st.sampled_from(["", "acme-prod", "acme-staging"]),
@@ -108,7 +108,7 @@ ENTRIES = st.builds(
 @settings(deadline=None)
 @given(st.lists(ENTRIES, max_size=4), st.lists(ENTRIES, max_size=4))
 def test_selection_of_several_entries_is_the_union_of_each(
-    first: list[sources.UsageSource], second: list[sources.UsageSource]
+    first: list[sources.SourceFilter], second: list[sources.SourceFilter]
 ) -> None:
     both = oracle_usage.select(first + second, ROWS)
     expected = [
@@ -122,7 +122,7 @@ def test_selection_of_several_entries_is_the_union_of_each(
 @settings(deadline=None)
 @given(ENTRIES, st.sampled_from(["acme-prod", "acme-staging"]))
 def test_adding_a_namespace_to_an_entry_never_widens_it(
-    entry: sources.UsageSource, namespace: str
+    entry: sources.SourceFilter, namespace: str
 ) -> None:
     assume(entry.namespace == "" and not entry.is_empty())
     narrowed = dataclasses.replace(entry, namespace=namespace)

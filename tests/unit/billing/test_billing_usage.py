@@ -46,7 +46,7 @@ PRICEBOOK_SPEC = {
 }
 BOOK = usage.Rates.from_pricebook_spec(PRICEBOOK_SPEC)
 EVERYTHING = usage.UsagePricing(tuple(usage.MeterPrice(m) for m in usage.USAGE_METERS))
-ACME = (sources.UsageSource(namespace="acme"),)
+ACME = (sources.SourceFilter(namespace="acme"),)
 
 
 def row(**fields: Any) -> allocation.AllocationRow:
@@ -70,7 +70,7 @@ def charges(
     rates: usage.Rates | None = BOOK,
     activated: dt.datetime = H10 - dt.timedelta(days=1),
     deactivated: dt.datetime | None = None,
-    selected: tuple[sources.UsageSource, ...] = ACME,
+    selected: tuple[sources.SourceFilter, ...] = ACME,
 ) -> dict[str, oracle_usage.UsageCharge]:
     result = oracle_usage.usage_charges(
         pricing,
@@ -220,7 +220,7 @@ class TestMeters:
     def test_no_sources_or_no_meters_means_no_usage(self) -> None:
         assert charges([self.BUSY], selected=()) == {}
         assert charges([self.BUSY], pricing=usage.UsagePricing()) == {}
-        assert charges([self.BUSY], selected=(sources.UsageSource(namespace="other"),)) == {}
+        assert charges([self.BUSY], selected=(sources.SourceFilter(namespace="other"),)) == {}
 
 
 class TestChargeRows:
@@ -419,7 +419,7 @@ class TestRealCaptures:
         self, controller_rows: list[allocation.AllocationRow]
     ) -> None:
         server = [
-            sources.UsageSource("Deployment", "prometheus-server", "prometheus-system"),
+            sources.SourceFilter("Deployment", "prometheus-server", "prometheus-system"),
         ]
         (picked,) = oracle_usage.select(server, controller_rows)
         seconds = (picked.end - picked.start) // dt.timedelta(seconds=1)
@@ -447,7 +447,7 @@ class TestRealCaptures:
     ) -> None:
         # OpenCost allocates max(request, usage); the operator bills usage, so never more
         # (allowing for OpenCost's five-decimal rounding of cpuCoreHours).
-        everything = [sources.UsageSource(namespace=r.namespace) for r in controller_rows]
+        everything = [sources.SourceFilter(namespace=r.namespace) for r in controller_rows]
         for r in controller_rows:
             share = oracle_usage.RowShare.of(r, usage.ActiveInterval(r.start))
             assert share is not None
@@ -458,7 +458,7 @@ class TestRealCaptures:
     def test_a_mid_row_activation_bills_the_covered_share(
         self, controller_rows: list[allocation.AllocationRow]
     ) -> None:
-        fixed = [sources.UsageSource("Deployment", "fixed", "oc-test")]
+        fixed = [sources.SourceFilter("Deployment", "fixed", "oc-test")]
         (picked,) = oracle_usage.select(fixed, controller_rows)
         pricing = usage.UsagePricing((usage.MeterPrice(models.MeterName.RAM_GB_HOUR),))
         whole = oracle_usage.usage_charges(

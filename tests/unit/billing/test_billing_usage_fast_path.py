@@ -34,7 +34,7 @@ class _Exact:
 
 def oracle(
     pricing: usage.UsagePricing,
-    usage_sources: Sequence[sources.UsageSource],
+    usage_sources: Sequence[sources.SourceFilter],
     rows: Iterable[oracle_usage.PricedRow],
     interval: usage.ActiveInterval,
 ) -> list[tuple[dt.datetime, models.MeterName, Fraction, Fraction, int, int, Decimal, int]]:
@@ -86,7 +86,7 @@ def oracle(
 
 def fast(
     pricing: usage.UsagePricing,
-    usage_sources: Sequence[sources.UsageSource],
+    usage_sources: Sequence[sources.SourceFilter],
     rows: Iterable[oracle_usage.PricedRow],
     interval: usage.ActiveInterval,
 ) -> list[tuple[dt.datetime, models.MeterName, Fraction, Fraction, int, int, Decimal, int]]:
@@ -170,9 +170,9 @@ pricings = st.builds(
 )
 source_sets = st.sampled_from(
     [
-        (sources.UsageSource(namespace="a"),),
-        (sources.UsageSource(namespace="a"), sources.UsageSource(namespace="b")),
-        (sources.UsageSource(resource_type="Deployment", name="web"),),
+        (sources.SourceFilter(namespace="a"),),
+        (sources.SourceFilter(namespace="a"), sources.SourceFilter(namespace="b")),
+        (sources.SourceFilter(resource_type="Deployment", name="web"),),
     ]
 )
 
@@ -188,7 +188,7 @@ source_sets = st.sampled_from(
 def test_the_fast_path_equals_per_row_fractions_to_the_last_digit(
     rows: list[oracle_usage.PricedRow],
     pricing: usage.UsagePricing,
-    selected: tuple[sources.UsageSource, ...],
+    selected: tuple[sources.SourceFilter, ...],
     activated: dt.datetime,
     lasts: dt.timedelta | None,
 ) -> None:
@@ -212,7 +212,7 @@ def test_an_instant_row_bills_its_whole_volume_but_no_time() -> None:
     pricing = usage.UsagePricing(
         (usage.MeterPrice(models.MeterName.CPU_HOUR), usage.MeterPrice(models.MeterName.PV_GB_HOUR))
     )
-    selected = (sources.UsageSource(namespace="a"),)
+    selected = (sources.SourceFilter(namespace="a"),)
     interval = usage.ActiveInterval(H0)
     result = fast(pricing, selected, rows, interval)
     assert result == oracle(pricing, selected, rows, interval)

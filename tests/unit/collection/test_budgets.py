@@ -23,7 +23,7 @@ def at(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
 
-def budget(**spec: Any) -> bodies.Budget:
+def budget(**spec: Any) -> bodies.BudgetBody:
     body: dict[str, Any] = {
         "apiVersion": "finops.stakater.com/v1alpha1",
         "kind": "Budget",
@@ -132,11 +132,11 @@ AT = at("2026-04-10T05:00:00Z")
 APRIL = (at("2026-04-01T00:00:00Z"), at("2026-05-01T00:00:00Z"))
 
 
-def candidates() -> list[budgets.Candidate]:
+def candidates() -> list[budgets.BudgetMember]:
     return [
-        budgets.Candidate("s-1", "apps", {"team": "ml"}),
-        budgets.Candidate("s-2", "apps", {"team": "web"}),
-        budgets.Candidate("s-3", "other", {"team": "ml"}),
+        budgets.BudgetMember("s-1", "apps", {"team": "ml"}),
+        budgets.BudgetMember("s-2", "apps", {"team": "web"}),
+        budgets.BudgetMember("s-3", "other", {"team": "ml"}),
     ]
 
 
@@ -172,7 +172,7 @@ def judged(
     recorded: list[budgets.Crossing] = (),  # type: ignore[assignment]
 ) -> budgets.Evaluation:
     plan = budgets.plan(terms(**spec), AT, candidates(), None)
-    return budgets.judge(plan, budgets.Ledger(spent, outlooks or [], "USD", recorded))
+    return budgets.judge(plan, budgets.LedgerTotals(spent, outlooks or [], "USD", recorded))
 
 
 def hourly_fee(price: int) -> forecast.Outlook:

@@ -11,7 +11,7 @@ import pytest
 from finops.controller import config
 from finops.provisioning import costjobs
 
-SETTINGS = config.Settings(
+SETTINGS = config.ControllerSettings(
     postgres_dsn="postgresql://u:p@db:5432/finops",
     opencost_url="http://opencost:9003/",
     opencost_deployment_name="oc",
@@ -125,7 +125,7 @@ def test_refusal_names_the_namespace_and_the_setting() -> None:
 
 
 def test_the_loader_pulls_as_the_manager_says_or_as_kubernetes_defaults() -> None:
-    def container(settings: config.Settings) -> dict[str, Any]:
+    def container(settings: config.ControllerSettings) -> dict[str, Any]:
         pod = costjobs.desired_cronjob(cj(), settings)["spec"]["jobTemplate"]["spec"]["template"]
         return dict(pod["spec"]["containers"][0])
 

@@ -37,7 +37,7 @@ def book(
     }
 
 
-def by_name(plan: pricebooks.Plan) -> dict[str, pricebooks.BookPlan]:
+def by_name(plan: pricebooks.ElectionPlan) -> dict[str, pricebooks.BookPlan]:
     return {bp.name: bp for bp in plan.books}
 
 
