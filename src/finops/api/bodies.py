@@ -27,7 +27,7 @@ class ObjectMetaBody(TypedDict, total=False):
     labels: dict[str, str]
     annotations: dict[str, str]
     finalizers: list[str]
-    # Beyond the model: what the API server adds and the SubscriptionBody decisions read.
+    # Beyond the model: what the API server adds and the Subscription decisions read.
     managedFields: list[dict[str, Any]]
     ownerReferences: list[dict[str, Any]]
 
@@ -313,7 +313,7 @@ class SubscriptionBody(Object, total=False):
     status: SubscriptionStatusBody
 
 
-# BudgetBody: our extension to the group (not part of the reference product).
+# Budget: our extension to the group (not part of the reference product).
 
 
 class LabelSelectorRequirementBody(TypedDict, total=False):
