@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from finops.api import environment
 from finops.store import migrate, mirror
 from tests.db import builders
 from tests.oracle import ledger as oracle_ledger
@@ -381,7 +382,7 @@ class TestMigrationFiles:
                 "README.md": "not a migration",
             },
         )
-        monkeypatch.setenv(migrate.MIGRATION_DIR_ENV, str(tmp_path))
+        monkeypatch.setenv(environment.Env.FINOPS_MIGRATION_DIR, str(tmp_path))
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             applied = migrate.apply(conn)
             names = conn.execute("SELECT name FROM schema_migrations ORDER BY version").fetchall()
@@ -463,7 +464,7 @@ class TestConcurrentProcesses:
         env = {
             **os.environ,
             "POSTGRES_CONNECTION_STRING": pg_dsn,
-            migrate.MIGRATION_DIR_ENV: str(directory),
+            environment.Env.FINOPS_MIGRATION_DIR: str(directory),
         }
         procs = [
             subprocess.Popen(
@@ -489,7 +490,7 @@ class TestConcurrentProcesses:
 
     def test_the_module_entry_point_applies_and_reports(self, pg_dsn: str) -> None:
         env = {**os.environ, "POSTGRES_CONNECTION_STRING": pg_dsn}
-        env.pop(migrate.MIGRATION_DIR_ENV, None)
+        env.pop(environment.Env.FINOPS_MIGRATION_DIR, None)
         done = subprocess.run(
             [sys.executable, "-m", "finops.store.migrate"],
             env=env,

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
+from finops.api import environment
 from finops.billing import focus, ticks
 from finops.cli import ledger_access, refusal
 from finops.store import focus as focus_store
@@ -122,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
         if start >= end:
             raise refusal.Refused("--from must be before --to (the window is [from, to))")
         if not args.dsn:
-            raise refusal.Refused(f"--dsn is required (or set {pool.DSN_ENV})")
+            raise refusal.Refused(
+                f"--dsn is required (or set {environment.Env.POSTGRES_CONNECTION_STRING})"
+            )
         count = _write(args, start, end)
     except (refusal.Refused, *ledger_access.FAILURES) as exc:
         return ledger_access.fail("export focus", exc, args)

@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Any
 
+from finops.api import environment
 from finops.billing import money, periods, statement_html, statements, ticks
 from finops.cli import ledger_access, refusal
 from finops.store import focus as focus_store
@@ -113,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
     """Print or write; exit 1 with one line on stderr when anything is refused or fails."""
     try:
         if not args.dsn:
-            raise refusal.Refused(f"--dsn is required (or set {pool.DSN_ENV})")
+            raise refusal.Refused(
+                f"--dsn is required (or set {environment.Env.POSTGRES_CONNECTION_STRING})"
+            )
         with contextlib.closing(pool.connect(args.dsn)) as conn:
             text = _show(args, conn) if args.period else _list(args, conn)
         _write(args, text)

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from finops.api import environment
 from finops.gateway import budgets as budget_views
 from finops.gateway import dashboard, focus_export, params, statements
 from finops.kube import client as kube_client
@@ -38,12 +39,7 @@ log = logging.getLogger(__name__)
 READ_FAILURES: tuple[type[Exception], ...] = (focus.LedgerReadError, *pool.BUSY)
 """A ledger read that failed: the query, or no pooled connection in time."""
 
-PORT_ENV = "PORT"
-DSN_ENV = "PG_CONNECTION_STRING"
-AUTH_ENV = "ENABLE_AUTH"
-ORIGINS_ENV = "ALLOWED_ORIGINS"
 # Where to listen; every interface unless set (the sandbox binds loopback only).
-HOST_ENV = "BIND_HOST"
 DEFAULT_PORT = 8080
 GROUP = "finops.stakater.com"
 UNSETTLED = "includeUnsettled"
@@ -86,19 +82,25 @@ class GatewaySettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewaySettings:
         env = os.environ if environ is None else environ
-        dsn = env.get(DSN_ENV, "").strip()
+        dsn = env.get(environment.Env.PG_CONNECTION_STRING, "").strip()
         if not dsn:
-            raise pool.LedgerConnectionError(f"{DSN_ENV} is not set; it must hold the DSN")
-        raw_port = env.get(PORT_ENV, "").strip() or str(DEFAULT_PORT)
+            raise pool.LedgerConnectionError(
+                f"{environment.Env.PG_CONNECTION_STRING} is not set; it must hold the DSN"
+            )
+        raw_port = env.get(environment.Env.PORT, "").strip() or str(DEFAULT_PORT)
         try:
             port = int(raw_port)
         except ValueError:
-            raise ValueError(f"{PORT_ENV} must be a port number, got {raw_port!r}") from None
-        origins = tuple(o.strip() for o in env.get(ORIGINS_ENV, "").split(",") if o.strip())
+            raise ValueError(
+                f"{environment.Env.PORT} must be a port number, got {raw_port!r}"
+            ) from None
+        origins = tuple(
+            o.strip() for o in env.get(environment.Env.ALLOWED_ORIGINS, "").split(",") if o.strip()
+        )
         return cls(
             port=port,
             dsn=dsn,
-            auth=env.get(AUTH_ENV) != "false",
+            auth=env.get(environment.Env.ENABLE_AUTH) != "false",
             origins=origins,
             cluster=pool.cluster_id(env),
         )
@@ -319,7 +321,10 @@ def main() -> int:
     if settings.auth:
         authorizer = _ReviewAuthorizer(reviews.ResourceAuthorizer(kube_client.make_client()))
     else:
-        log.warning("%s=false: every namespace's charges are readable without a token", AUTH_ENV)
+        log.warning(
+            "%s=false: every namespace's charges are readable without a token",
+            environment.Env.ENABLE_AUTH,
+        )
     app = build(settings, lambda: ledger, authorizer)
 
     @contextlib.asynccontextmanager
@@ -328,7 +333,7 @@ def main() -> int:
         await run_in_threadpool(ledger.close)
 
     app.router.lifespan_context = lifespan
-    host = os.environ.get(HOST_ENV, "").strip() or "0.0.0.0"
+    host = os.environ.get(environment.Env.BIND_HOST, "").strip() or "0.0.0.0"
     uvicorn.run(app, host=host, port=settings.port, log_level="info")
     return 0
 

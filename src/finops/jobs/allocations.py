@@ -23,7 +23,7 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
-from finops.api import bodies
+from finops.api import bodies, environment
 from finops.billing import money
 from finops.collection import durations, plan
 from finops.jobs import records, writer
@@ -40,10 +40,10 @@ log = logging.getLogger("finops.jobs.allocations")
 WRITE_QUEUE_BYTES = 24 * 1024 * 1024
 
 REQUIRED_ENV = (
-    "COSTJOB_NAME",
-    "COSTJOB_NAMESPACE",
-    "POSTGRES_CONNECTION_STRING",
-    "OPENCOST_CONNECTION_STRING",
+    environment.Env.COSTJOB_NAME,
+    environment.Env.COSTJOB_NAMESPACE,
+    environment.Env.POSTGRES_CONNECTION_STRING,
+    environment.Env.OPENCOST_CONNECTION_STRING,
 )
 
 
@@ -112,11 +112,11 @@ class _Settings:
         spec: Mapping[str, object] = costjob.get("spec") or {}
         return cls(
             cluster=pool.cluster_id(env),
-            scheduled=plan.scheduled_hour(env.get("SCHEDULED_TIMESTAMP"), now),
-            lookback=plan.lookback_hours(env.get("HOURS_LOOKBACK")),
+            scheduled=plan.scheduled_hour(env.get(environment.Env.SCHEDULED_TIMESTAMP), now),
+            lookback=plan.lookback_hours(env.get(environment.Env.HOURS_LOOKBACK)),
             timeouts=opencost_config.Timeouts.from_sources(spec, env),
             opencost=opencost_config.OpenCostConfig.from_sources(spec, env),
-            dsn=env["POSTGRES_CONNECTION_STRING"],
+            dsn=env[environment.Env.POSTGRES_CONNECTION_STRING],
         )
 
 
@@ -356,7 +356,7 @@ async def run(
     if missing:
         log.error("required environment variable(s) not set: %s", ", ".join(missing))
         return 1
-    name, namespace = env["COSTJOB_NAME"], env["COSTJOB_NAMESPACE"]
+    name, namespace = env[environment.Env.COSTJOB_NAME], env[environment.Env.COSTJOB_NAMESPACE]
     started_at, started = now(), time.monotonic()
     client = kube or AsyncClient(field_manager="finops-operator")
     try:

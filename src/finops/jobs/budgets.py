@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
-from finops.api import bodies
+from finops.api import bodies, environment
 from finops.billing import forecast, ticks
 from finops.collection import budgets, charges
 from finops.kube import budgets as kube_budgets
@@ -331,7 +331,7 @@ async def after_charges(
     """`evaluate` with the charge run's environment: its ledger, cluster and the CostJob's
     `databaseInitTimeout`. Its failures fail the charge run too, so the Job is retried. A
     caller that charged through a ledger of its own (no DSN in the environment) judges none."""
-    if not env.get(pool.DSN_ENV, "").strip():
+    if not env.get(environment.Env.POSTGRES_CONNECTION_STRING, "").strip():
         log.info("no ledger DSN in the environment; Budgets are not judged")
         return BudgetReport()
     timeouts = opencost_config.Timeouts.from_sources({}, env)

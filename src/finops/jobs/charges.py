@@ -31,7 +31,7 @@ from typing import Any, TypeVar, cast
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
-from finops.api import bodies, conditions, reasons
+from finops.api import bodies, conditions, environment, reasons
 from finops.billing import buckets, periods
 from finops.collection import charge_plan, charges, plan, rechecks
 from finops.jobs import budgets as budget_job
@@ -265,7 +265,7 @@ async def collect(
     billing-period setting (`run` parses it from the environment once).
     """
     cluster = pool.cluster_id(env)
-    scheduled = plan.scheduled_hour(env.get("SCHEDULED_TIMESTAMP"), now)
+    scheduled = plan.scheduled_hour(env.get(environment.Env.SCHEDULED_TIMESTAMP), now)
     calendar = calendar or periods.Calendar.from_env(env)
     charge_ledger = ledger or functools.partial(
         _ledger_pass, env, cluster, scheduled, calendar=calendar
@@ -501,8 +501,10 @@ async def run(
     namespace: str = "*",
 ) -> int:
     """One collection run; the exit status is 0 only when nothing failed for anything."""
-    if not env.get(pool.DSN_ENV, "").strip():
-        log.error("required environment variable not set: %s", pool.DSN_ENV)
+    if not env.get(environment.Env.POSTGRES_CONNECTION_STRING, "").strip():
+        log.error(
+            "required environment variable not set: %s", environment.Env.POSTGRES_CONNECTION_STRING
+        )
         return 1
     try:
         calendar = periods.Calendar.from_env(env)
@@ -550,7 +552,10 @@ async def _record(
     """Prepend this run's record to its CostJob's history (beyond the reference, which left a
     charge CostJob's status empty: DESIGN §2.8); a run without `COSTJOB_NAME`, e.g. started
     by hand, records nothing. Returns False when the record could not be written."""
-    name, namespace = env.get("COSTJOB_NAME", ""), env.get("COSTJOB_NAMESPACE", "")
+    name, namespace = (
+        env.get(environment.Env.COSTJOB_NAME, ""),
+        env.get(environment.Env.COSTJOB_NAMESPACE, ""),
+    )
     if not name or not namespace:
         return True
     problem = await records.write(client, namespace, name, records.finished(at, started, error))

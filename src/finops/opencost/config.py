@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 
-from finops.api import timeouts
+from finops.api import environment, timeouts
 from finops.collection import durations
 
 log = logging.getLogger(__name__)
@@ -138,14 +138,14 @@ class OpenCostConfig:
         Raises ValueError when `OPENCOST_CONNECTION_STRING` is missing: the docs make it a
         required variable of the allocation pod.
         """
-        base_url = env.get("OPENCOST_CONNECTION_STRING", "").strip().rstrip("/")
+        base_url = env.get(environment.Env.OPENCOST_CONNECTION_STRING, "").strip().rstrip("/")
         if not base_url:
             raise ValueError("OPENCOST_CONNECTION_STRING is not set")
         return cls(
             base_url=base_url,
-            aggregate=_text_setting(env, "OPENCOST_AGGREGATE", DEFAULT_AGGREGATE),
-            step=_text_setting(env, "OPENCOST_STEP", DEFAULT_STEP),
-            resolution=_text_setting(env, "OPENCOST_RESOLUTION", DEFAULT_RESOLUTION),
+            aggregate=_text_setting(env, environment.Env.OPENCOST_AGGREGATE, DEFAULT_AGGREGATE),
+            step=_text_setting(env, environment.Env.OPENCOST_STEP, DEFAULT_STEP),
+            resolution=_text_setting(env, environment.Env.OPENCOST_RESOLUTION, DEFAULT_RESOLUTION),
             fetch_timeout=Timeouts.from_sources(spec, env).opencost_fetch,
             sharding=ShardPlan.from_spec(spec),
         )

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, Required, TypedDict
 
-from finops.api import bodies, conditions, models, reasons, rules, timeouts
+from finops.api import bodies, conditions, environment, models, reasons, rules, timeouts
 from finops.api.reasons import ConditionType
 
 Json = dict[str, object]
@@ -78,7 +78,6 @@ KIND = "CostJob"
 
 
 CONTAINER = "loader"
-DSN_KEY = "POSTGRES_CONNECTION_STRING"
 
 
 MODES = {"ResourceCostCollection": "cronjob", "SubscriptionChargeCollection": "collectionjob"}
@@ -100,13 +99,13 @@ SCHEDULED_TIMESTAMP_ANNOTATION = "batch.kubernetes.io/cronjob-scheduled-timestam
 
 
 TEMPLATE_ENV: tuple[EnvVar, ...] = (
-    {"name": "CLUSTER_ID", "value": "default"},
-    {"name": "HOURS_LOOKBACK", "value": "5"},
-    {"name": "OPENCOST_AGGREGATE", "value": "namespace,pod,container"},
-    {"name": "OPENCOST_STEP", "value": "1h"},
-    {"name": "OPENCOST_RESOLUTION", "value": "1m"},
+    {"name": environment.Env.CLUSTER_ID, "value": "default"},
+    {"name": environment.Env.HOURS_LOOKBACK, "value": "5"},
+    {"name": environment.Env.OPENCOST_AGGREGATE, "value": "namespace,pod,container"},
+    {"name": environment.Env.OPENCOST_STEP, "value": "1h"},
+    {"name": environment.Env.OPENCOST_RESOLUTION, "value": "1m"},
     {
-        "name": "SCHEDULED_TIMESTAMP",
+        "name": environment.Env.SCHEDULED_TIMESTAMP,
         "valueFrom": {
             "fieldRef": {
                 "apiVersion": "v1",
@@ -185,14 +184,22 @@ def reconciler_env(costjob: bodies.CostJobBody, settings: JobSettings) -> list[E
     meta = costjob["metadata"]
     spec = costjob.get("spec") or {}
     env: list[EnvVar] = [
-        {"name": "COSTJOB_NAME", "value": str(meta["name"])},
-        {"name": "COSTJOB_NAMESPACE", "value": str(meta["namespace"])},
+        {"name": environment.Env.COSTJOB_NAME, "value": str(meta["name"])},
+        {"name": environment.Env.COSTJOB_NAMESPACE, "value": str(meta["namespace"])},
         {
-            "name": DSN_KEY,
-            "valueFrom": {"secretKeyRef": {"name": secret_name(meta["name"]), "key": DSN_KEY}},
+            "name": environment.Env.POSTGRES_CONNECTION_STRING,
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": secret_name(meta["name"]),
+                    "key": environment.Env.POSTGRES_CONNECTION_STRING,
+                }
+            },
         },
-        {"name": "OPENCOST_CONNECTION_STRING", "value": settings.opencost_url.rstrip("/")},
-        {"name": "OPERATOR_IMAGE", "value": settings.operator_image},
+        {
+            "name": environment.Env.OPENCOST_CONNECTION_STRING,
+            "value": settings.opencost_url.rstrip("/"),
+        },
+        {"name": environment.Env.OPERATOR_IMAGE, "value": settings.operator_image},
     ]
     for field, variable in TIMEOUTS:
         value = spec.get(field)
@@ -282,7 +289,11 @@ def desired_secret(costjob: bodies.CostJobBody, settings: JobSettings) -> Manife
             "labels": labels(costjob),
             "ownerReferences": [owner_reference(costjob)],
         },
-        "data": {DSN_KEY: base64.b64encode(settings.postgres_dsn.encode()).decode()},
+        "data": {
+            environment.Env.POSTGRES_CONNECTION_STRING: base64.b64encode(
+                settings.postgres_dsn.encode()
+            ).decode()
+        },
     }
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-MIGRATION_DIR_ENV = "FINOPS_MIGRATION_DIR"
+from finops.api import environment
 
 LOCK_KEY = int.from_bytes(
     hashlib.sha256(b"finops.schema_migrations").digest()[:8], "big", signed=True
@@ -70,7 +70,7 @@ class Migration:
 def migration_dir(environ: Mapping[str, str] | None = None) -> Traversable:
     """`FINOPS_MIGRATION_DIR` when set and non-empty, else the files shipped in the package."""
     env = os.environ if environ is None else environ
-    override = env.get(MIGRATION_DIR_ENV, "")
+    override = env.get(environment.Env.FINOPS_MIGRATION_DIR, "")
     if override:
         return pathlib.Path(override)
     return importlib.resources.files("finops.store") / "migrations"

@@ -30,7 +30,8 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
-from finops.billing import money, periods
+from finops.api import environment
+from finops.billing import money
 from finops.collection import plan
 from finops.jobs import allocations as allocation_job
 from finops.jobs import charges as charge_job
@@ -356,7 +357,7 @@ def job_env(svc: Services, costjob: str, scheduled: dt.datetime) -> dict[str, st
         "HOURS_LOOKBACK": "1",
         "SCHEDULED_TIMESTAMP": scheduled.strftime("%Y-%m-%dT%H:%M:%SZ"),
         # A month closes two hours after it ends (not 24), so a short simulation shows it.
-        periods.GRACE_ENV: str(sandbox_periods.GRACE_HOURS),
+        environment.Env.FINOPS_PERIOD_GRACE_HOURS: str(sandbox_periods.GRACE_HOURS),
     }
 
 

@@ -1,1 +1,0 @@
-"""Settings read from the environment, parsed once per process into typed objects."""
