@@ -141,3 +141,10 @@ def test_the_count_sees_both_spellings(tmp_path: pathlib.Path) -> None:
         "a: dict[str, Any] = {}\nb: Mapping[str, Any] = {}\nc: Mapping[str, object] = {}\n"
     )
     assert any_body_lines(tmp_path / "pkg") == ["pkg/m.py:1", "pkg/m.py:2"]
+
+
+def test_the_benchmarks_page_stays_a_page() -> None:
+    """One table and, per benchmark, its method and baseline; the history lives in git."""
+    page = (ROOT / "benchmarks" / "README.md").read_text().splitlines()
+    assert len(page) <= 250
+    assert "## Latest figures" in page
