@@ -38,6 +38,7 @@ from lightkube.config.kubeconfig import KubeConfig
 from psycopg.types.json import Jsonb
 
 from finops.jobs import allocations as job
+from finops.jobs import settings as job_settings
 from finops.kube import costjobs
 from finops.opencost import client as opencost_client
 from finops.opencost import config as opencost_config
@@ -100,7 +101,8 @@ def _child(kubeconfig: str) -> int:
         try:
             costjob = await costjobs.get_costjob(client, "bench", "collect")
             started = time.perf_counter()
-            result = await job.collect(client, env, SCHEDULED, costjob)
+            settings = job_settings.JobSettings.from_env(env)
+            result = await job.collect(client, settings, SCHEDULED, costjob)
             return time.perf_counter() - started, result
         finally:
             await client.close()

@@ -28,6 +28,7 @@ from tests.e2e.test_charge_job import (
 
 from finops.collection import charge_plan
 from finops.jobs import charges as job
+from finops.jobs import settings as job_settings
 from finops_devenv import controlplane
 
 PRICE = 1_000_000
@@ -66,7 +67,8 @@ def refresh_status_from_ledger(
         client = client_for(kube)
         env = {"CLUSTER_ID": CLUSTER, "SCHEDULED_TIMESTAMP": rfc(scheduled)}
         try:
-            return await job.collect(client, env, scheduled, ledger=read_only, namespace=ns)
+            settings = job_settings.JobSettings.from_env(env)
+            return await job.collect(client, settings, scheduled, ledger=read_only, namespace=ns)
         finally:
             await client.close()
 

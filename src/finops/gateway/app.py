@@ -78,6 +78,8 @@ class GatewaySettings:
     auth: bool
     origins: tuple[str, ...]
     cluster: str
+    host: str = "0.0.0.0"
+    """The address to listen on (`BIND_HOST`; the sandbox binds loopback only)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewaySettings:
@@ -103,6 +105,7 @@ class GatewaySettings:
             auth=env.get(environment.Env.ENABLE_AUTH) != "false",
             origins=origins,
             cluster=pool.cluster_id(env),
+            host=env.get(environment.Env.BIND_HOST, "").strip() or "0.0.0.0",
         )
 
 
@@ -333,8 +336,7 @@ def main() -> int:
         await run_in_threadpool(ledger.close)
 
     app.router.lifespan_context = lifespan
-    host = os.environ.get(environment.Env.BIND_HOST, "").strip() or "0.0.0.0"
-    uvicorn.run(app, host=host, port=settings.port, log_level="info")
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
     return 0
 
 

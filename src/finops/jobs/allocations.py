@@ -27,6 +27,7 @@ from finops.api import bodies, environment
 from finops.billing import money
 from finops.collection import durations, plan
 from finops.jobs import records, writer
+from finops.jobs import settings as job_settings
 from finops.kube import costjobs
 from finops.opencost import client as opencost_client
 from finops.opencost import config as opencost_config
@@ -108,15 +109,17 @@ class _Settings:
     dsn: str
 
     @classmethod
-    def of(cls, env: Mapping[str, str], now: dt.datetime, costjob: bodies.CostJobBody) -> _Settings:
+    def of(
+        cls, job: job_settings.JobSettings, now: dt.datetime, costjob: bodies.CostJobBody
+    ) -> _Settings:
         spec: Mapping[str, object] = costjob.get("spec") or {}
         return cls(
-            cluster=pool.cluster_id(env),
-            scheduled=plan.scheduled_hour(env.get(environment.Env.SCHEDULED_TIMESTAMP), now),
-            lookback=plan.lookback_hours(env.get(environment.Env.HOURS_LOOKBACK)),
-            timeouts=opencost_config.Timeouts.from_sources(spec, env),
-            opencost=opencost_config.OpenCostConfig.from_sources(spec, env),
-            dsn=env[environment.Env.POSTGRES_CONNECTION_STRING],
+            cluster=job.cluster,
+            scheduled=job.scheduled_hour(now),
+            lookback=plan.lookback_hours(job.hours_lookback),
+            timeouts=job.timeouts(spec),
+            opencost=job.opencost(spec),
+            dsn=job.dsn,
         )
 
 
@@ -151,12 +154,12 @@ class _Book:
 
 async def collect(
     kube: AsyncClient,
-    env: Mapping[str, str],
+    job: job_settings.JobSettings,
     now: dt.datetime,
     costjob: bodies.CostJobBody,
 ) -> RunResult:
     """Everything between reading the CostJob and recording the outcome; raises on failure."""
-    settings = _Settings.of(env, now, costjob)
+    settings = _Settings.of(job, now, costjob)
     book = await _elect_book(kube, settings)
     conn = await _open_ledger(settings)
     phases = Phases()
@@ -356,14 +359,15 @@ async def run(
     if missing:
         log.error("required environment variable(s) not set: %s", ", ".join(missing))
         return 1
-    name, namespace = env[environment.Env.COSTJOB_NAME], env[environment.Env.COSTJOB_NAMESPACE]
+    job = job_settings.JobSettings.from_env(env)
+    name, namespace = job.costjob_name, job.costjob_namespace
     started_at, started = now(), time.monotonic()
     client = kube or AsyncClient(field_manager="finops-operator")
     try:
         try:
             costjob = await _bounded(
                 f"reading CostJob {namespace}/{name}",
-                opencost_config.Timeouts.from_sources({}, env).kubernetes_operation,
+                job.timeouts({}).kubernetes_operation,
                 "kubernetesOperationTimeout",
                 costjobs.get_costjob(client, namespace, name),
             )
@@ -373,8 +377,8 @@ async def run(
         except RunFailed as exc:
             log.error("%s", exc)
             return 1
-        error = await _attempt(client, env, started_at, costjob)
-        recorded = await _record(client, env, costjob, records.finished(started_at, started, error))
+        error = await _attempt(client, job, started_at, costjob)
+        recorded = await _record(client, job, costjob, records.finished(started_at, started, error))
         return 1 if error or not recorded else 0
     finally:
         if kube is None:
@@ -383,13 +387,13 @@ async def run(
 
 async def _attempt(
     client: AsyncClient,
-    env: Mapping[str, str],
+    job: job_settings.JobSettings,
     started_at: dt.datetime,
     costjob: bodies.CostJobBody,
 ) -> str:
     """Run `collect`; the failure as the execution record's text ('' on success)."""
     try:
-        result = await collect(client, env, started_at, costjob)
+        result = await collect(client, job, started_at, costjob)
     except (RunFailed, ValueError, pool.LedgerConnectionError) as exc:
         error = str(exc)
     except Exception as exc:  # every failure becomes a record, not a traceback only
@@ -408,7 +412,7 @@ async def _attempt(
 
 async def _record(
     client: AsyncClient,
-    env: Mapping[str, str],
+    job: job_settings.JobSettings,
     costjob: bodies.CostJobBody,
     record: plan.RunRecord,
 ) -> bool:
@@ -419,7 +423,7 @@ async def _record(
     try:
         problem = await _bounded(
             "writing the execution record",
-            opencost_config.Timeouts.from_sources(spec, env).status_update,
+            job.timeouts(spec).status_update,
             "statusUpdateTimeout",
             records.write(client, namespace, name, record),
         )

@@ -25,13 +25,13 @@ from collections.abc import Mapping, Sequence
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
-from finops.api import bodies, environment
+from finops.api import bodies
 from finops.billing import forecast, ticks
 from finops.collection import budgets, charges
+from finops.jobs import settings as job_settings
 from finops.kube import budgets as kube_budgets
 from finops.kube import client as kube_client
 from finops.kube import events, resources, status
-from finops.opencost import config as opencost_config
 from finops.store import budgets as store_budgets
 from finops.store import charge_inputs, pool, unit
 
@@ -322,7 +322,7 @@ async def _write_statuses(
 
 async def after_charges(
     client: AsyncClient,
-    env: Mapping[str, str],
+    job: job_settings.JobSettings,
     scheduled: dt.datetime,
     now: dt.datetime,
     billed: Sequence[Billed],
@@ -331,14 +331,14 @@ async def after_charges(
     """`evaluate` with the charge run's environment: its ledger, cluster and the CostJob's
     `databaseInitTimeout`. Its failures fail the charge run too, so the Job is retried. A
     caller that charged through a ledger of its own (no DSN in the environment) judges none."""
-    if not env.get(environment.Env.POSTGRES_CONNECTION_STRING, "").strip():
+    if not job.dsn:
         log.info("no ledger DSN in the environment; Budgets are not judged")
         return BudgetReport()
-    timeouts = opencost_config.Timeouts.from_sources({}, env)
+    timeouts = job.timeouts({})
     return await evaluate(
         client,
-        dsn=pool.dsn_from_env(env),
-        cluster=pool.cluster_id(env),
+        dsn=job.dsn,
+        cluster=job.cluster,
         scheduled=scheduled,
         now=now,
         billed=billed,

@@ -37,9 +37,9 @@ from finops.collection import charge_plan, charges, plan, rechecks
 from finops.jobs import budgets as budget_job
 from finops.jobs import periods as periods_job
 from finops.jobs import records
+from finops.jobs import settings as job_settings
 from finops.kube import resources, status
 from finops.kube import subscriptions as kube_subs
-from finops.opencost import config as opencost_config
 from finops.store import allocations as store_allocations
 from finops.store import charge_inputs, charge_sql, pool, unit
 from finops.store import charges as store_charges
@@ -161,17 +161,21 @@ def charge(
 
 
 def _ledger_pass(
-    env: Mapping[str, str],
-    cluster: str,
+    job: job_settings.JobSettings,
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
     calendar: periods.Calendar,
 ) -> LedgerResult:
-    dsn = pool.dsn_from_env(env)
-    timeouts = opencost_config.Timeouts.from_sources({}, env)
-    seconds = max(1, int(timeouts.database_init.total_seconds()))
-    with unit.session(dsn, connect_timeout=seconds) as conn:
-        return charge(conn, cluster=cluster, scheduled=scheduled, billed=billed, calendar=calendar)
+    if not job.dsn:
+        raise pool.LedgerConnectionError(
+            f"{environment.Env.POSTGRES_CONNECTION_STRING} is not set; "
+            "it must hold the PostgreSQL DSN"
+        )
+    seconds = max(1, int(job.timeouts({}).database_init.total_seconds()))
+    with unit.session(job.dsn, connect_timeout=seconds) as conn:
+        return charge(
+            conn, cluster=job.cluster, scheduled=scheduled, billed=billed, calendar=calendar
+        )
 
 
 # ---------------------------------------------------------------- the run
@@ -252,7 +256,7 @@ class _Terms:
 
 async def collect(
     client: AsyncClient,
-    env: Mapping[str, str],
+    job: job_settings.JobSettings,
     now: dt.datetime,
     ledger: Callable[[Sequence[charge_plan.Billed]], LedgerResult] | None = None,
     namespace: str = "*",
@@ -264,12 +268,9 @@ async def collect(
     tests sharing one API server use it to see only their own objects). `calendar` is the
     billing-period setting (`run` parses it from the environment once).
     """
-    cluster = pool.cluster_id(env)
-    scheduled = plan.scheduled_hour(env.get(environment.Env.SCHEDULED_TIMESTAMP), now)
-    calendar = calendar or periods.Calendar.from_env(env)
-    charge_ledger = ledger or functools.partial(
-        _ledger_pass, env, cluster, scheduled, calendar=calendar
-    )
+    scheduled = job.scheduled_hour(now)
+    calendar = calendar or job.calendar()
+    charge_ledger = ledger or functools.partial(_ledger_pass, job, scheduled, calendar=calendar)
     run = _Run(client, now, scheduled, RunReport(scheduled))
     listed = _sort(await kube_subs.list_subscriptions(client, namespace), run)
     terms = await _read_terms(run, listed.activated)
@@ -280,7 +281,7 @@ async def collect(
     await _release_never_activated(run, listed.never_activated)
     if result is not None:  # Budgets are judged against the ledger this run wrote
         billed = budget_job.billed_of(listed.activated, terms.of)
-        judged = await budget_job.after_charges(client, env, scheduled, now, billed, namespace)
+        judged = await budget_job.after_charges(client, job, scheduled, now, billed, namespace)
         run.report.errors.update(judged.errors)
     return run.report
 
@@ -501,13 +502,14 @@ async def run(
     namespace: str = "*",
 ) -> int:
     """One collection run; the exit status is 0 only when nothing failed for anything."""
-    if not env.get(environment.Env.POSTGRES_CONNECTION_STRING, "").strip():
+    job = job_settings.JobSettings.from_env(env)
+    if not job.dsn:
         log.error(
             "required environment variable not set: %s", environment.Env.POSTGRES_CONNECTION_STRING
         )
         return 1
     try:
-        calendar = periods.Calendar.from_env(env)
+        calendar = job.calendar()
     except periods.SettingsError as exc:
         log.error("%s", exc)
         return 1
@@ -515,11 +517,11 @@ async def run(
     started_at, started = now(), time.monotonic()
     try:
         try:
-            report = await collect(client, env, started_at, namespace=namespace, calendar=calendar)
+            report = await collect(client, job, started_at, namespace=namespace, calendar=calendar)
         except ApiError as exc:
             log.error("cannot list Subscriptions: %s", _describe(exc))
             error = f"cannot list Subscriptions: {_describe(exc)}"
-            await _record(client, env, started_at, started, error)
+            await _record(client, job, started_at, started, error)
             return 1
         for key, error in sorted(report.errors.items()):
             log.error("subscription %s: %s", key, error, extra={"subscription": key})
@@ -534,7 +536,7 @@ async def run(
             len(report.errors),
         )
         summary = "; ".join(f"{k}: {e}" for k, e in sorted(report.errors.items()))
-        recorded = await _record(client, env, started_at, started, _clip(summary))
+        recorded = await _record(client, job, started_at, started, _clip(summary))
         return 1 if report.errors or not recorded else 0
     finally:
         if kube is None:
@@ -547,15 +549,12 @@ def _clip(text: str, limit: int = 1024) -> str:
 
 
 async def _record(
-    client: AsyncClient, env: Mapping[str, str], at: dt.datetime, started: float, error: str
+    client: AsyncClient, job: job_settings.JobSettings, at: dt.datetime, started: float, error: str
 ) -> bool:
     """Prepend this run's record to its CostJob's history (beyond the reference, which left a
     charge CostJob's status empty: DESIGN §2.8); a run without `COSTJOB_NAME`, e.g. started
     by hand, records nothing. Returns False when the record could not be written."""
-    name, namespace = (
-        env.get(environment.Env.COSTJOB_NAME, ""),
-        env.get(environment.Env.COSTJOB_NAMESPACE, ""),
-    )
+    name, namespace = job.costjob_name, job.costjob_namespace
     if not name or not namespace:
         return True
     problem = await records.write(client, namespace, name, records.finished(at, started, error))
