@@ -53,7 +53,7 @@ class Manifest(TypedDict, total=False):
     data: dict[str, str]
 
 
-class JobSettings(Protocol):
+class PodSettings(Protocol):
     """What the generated objects take from the manager's settings."""
 
     @property
@@ -179,7 +179,7 @@ def merge_env(template: Sequence[EnvVar], overrides: Sequence[EnvVar]) -> list[E
     return merged
 
 
-def reconciler_env(costjob: bodies.CostJobBody, settings: JobSettings) -> list[EnvVar]:
+def reconciler_env(costjob: bodies.CostJobBody, settings: PodSettings) -> list[EnvVar]:
     """The variables the reconciler names for one CostJob."""
     meta = costjob["metadata"]
     spec = costjob.get("spec") or {}
@@ -225,7 +225,7 @@ def pull_secrets(raw: str) -> list[dict[str, str]]:
     return [{"name": item["name"]} for item in parsed]
 
 
-def desired_cronjob(costjob: bodies.CostJobBody, settings: JobSettings) -> Manifest:
+def desired_cronjob(costjob: bodies.CostJobBody, settings: PodSettings) -> Manifest:
     """The whole CronJob this CostJob should own."""
     meta = costjob["metadata"]
     spec = costjob.get("spec") or {}
@@ -276,7 +276,7 @@ def desired_cronjob(costjob: bodies.CostJobBody, settings: JobSettings) -> Manif
     }
 
 
-def desired_secret(costjob: bodies.CostJobBody, settings: JobSettings) -> Manifest:
+def desired_secret(costjob: bodies.CostJobBody, settings: PodSettings) -> Manifest:
     """The DSN Secret the job pod reads through `secretKeyRef`."""
     meta = costjob["metadata"]
     return {
@@ -298,7 +298,7 @@ def desired_secret(costjob: bodies.CostJobBody, settings: JobSettings) -> Manife
 
 
 def scheduled_condition(
-    allowed: bool, namespace: str, settings: JobSettings
+    allowed: bool, namespace: str, settings: PodSettings
 ) -> conditions.DecidedCondition:
     """Why the CostJob is, or is not, scheduled."""
     if allowed:
