@@ -1,8 +1,9 @@
-"""Throughput of the pure billing core: usage charges, hourly fees and cost buckets.
+"""Throughput of the exact usage oracle, the hourly fees and the cost buckets.
 
-Why: the collection job prices every selected allocation row with exact rationals and walks
-every Subscription hour by hour; this says what that costs, so a slowdown in `finops.billing`
-shows before it shows in a job. Absolute rates measure the machine, so each is printed beside
+Why: the charge run sums usage in SQL, but the property tests price every generated row with
+the exact Python oracle (`tests/oracle/usage.py`), and the fee schedules and buckets run in
+every charge run; this says what they cost, so a slowdown shows before it shows in a test run
+or a job. Absolute rates measure the machine, so each is printed beside
 a baseline timed in the same run: bare `Decimal` arithmetic over the same rows (quantity ×
 rate for the five meters, summed per namespace: no active interval, no usage-source match, no
 margin, no rounding) and a bare loop over the same Subscription-hours (one datetime addition

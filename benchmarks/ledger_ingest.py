@@ -5,7 +5,7 @@ table, the upsert and the key index cost on top of the cheapest possible load. B
 build the same Python values and commit; each figure is the best of `--repeat` runs into an
 emptied table. A replay (every row conflicting, nothing changing) is timed as well.
 
-This is the exact reference path (`store.allocations.ingest`: parsed rows, staging, one
+This is the exact reference path (`tests/oracle/ledger.py`'s `ingest`: parsed rows, staging, one
 merge), which the tests hold the allocation job's fast path to; the job itself is timed by
 `benchmarks.allocation_run`. Growth: `--scales` multiplies `--rows`, each size in a database
 of its own, and the cost per row is printed at each.

@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import prometheus_client
@@ -166,3 +166,25 @@ class Backoff:
 
     def succeeded(self, key: Any) -> None:
         self._failures.pop(key, None)
+
+
+async def mirrored(
+    backoff: Backoff,
+    key: tuple[str, str, str],
+    write: Callable[[], Awaitable[object]],
+    failures: tuple[type[Exception], ...] = (MirrorError,),
+) -> float | None:
+    """Run one reconciler's mirror write: None when it went through, else the delay before the
+    key is tried again (the failure logged with the object it was for; reconciles go on)."""
+    kind, name = key[0], "/".join(key[1:])
+    try:
+        await write()
+    except failures as exc:
+        delay = backoff.failed(key)
+        log.warning(
+            f"could not mirror {kind.lower()} version",
+            extra={kind.lower(): name, "error": str(exc), "retry_in": delay},
+        )
+        return delay
+    backoff.succeeded(key)
+    return None

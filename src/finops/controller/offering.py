@@ -95,16 +95,7 @@ class OfferingReconciler:
         return obj
 
     async def _mirror(self, key: tuple[str, str, str], obj: bodies.OfferingBody) -> float | None:
-        if self.mirror is None:
+        mirror = self.mirror
+        if mirror is None:
             return None
-        try:
-            await self.mirror.offering(obj)
-        except ledger_mirror.MirrorError as exc:
-            delay = self.backoff.failed(key)
-            log.warning(
-                "could not mirror offering version",
-                extra={"offering": "/".join(key[1:]), "error": str(exc), "retry_in": delay},
-            )
-            return delay
-        self.backoff.succeeded(key)
-        return None
+        return await ledger_mirror.mirrored(self.backoff, key, lambda: mirror.offering(obj))

@@ -270,19 +270,14 @@ class SubscriptionReconciler:
     async def _mirror(
         self, key: tuple[str, str, str], sub: bodies.SubscriptionBody
     ) -> float | None:
-        if self.mirror is None:
+        mirror = self.mirror
+        if mirror is None:
             return None
-        try:
+
+        async def write() -> None:
             labels = await self._labels(key[1])
-            if labels is None:
-                return None
-            await self.mirror.subscription(sub, labels)
-        except (ledger_mirror.MirrorError, lightkube.ApiError) as exc:
-            delay = self.mirror_backoff.failed(key)
-            log.warning(
-                "could not mirror subscription version",
-                extra={"subscription": "/".join(key[1:]), "error": str(exc), "retry_in": delay},
-            )
-            return delay
-        self.mirror_backoff.succeeded(key)
-        return None
+            if labels is not None:  # the namespace is gone: nothing to mirror
+                await mirror.subscription(sub, labels)
+
+        failures = (ledger_mirror.MirrorError, lightkube.ApiError)
+        return await ledger_mirror.mirrored(self.mirror_backoff, key, write, failures)
