@@ -63,7 +63,7 @@ def apply_examples(node: realnode.RealNode, out: TextIO) -> None:
     def settled() -> bool:
         subs = release.items(node, "subscriptions", "-A")
         return bool(subs) and all(
-            sandbox._condition(s, "Active").get("status") in ("True", "False") for s in subs
+            sandbox.condition(s, "Active").get("status") in ("True", "False") for s in subs
         )
 
     release.wait_for(node, "the example Subscriptions settled", settled, 120)
@@ -87,7 +87,7 @@ def reader_token(node: realnode.RealNode) -> str:
 def report(node: realnode.RealNode, out: TextIO) -> None:
     """The tables the plain sandbox prints, the pods, and where to look."""
     with node.http() as client:
-        books = sandbox._list(client, "pricebooks")
+        books = sandbox.list_objects(client, "pricebooks")
         currency = next((b["spec"].get("currency", "") for b in books), "")
         table = sandbox.cost_table(client, currency)
         budgets = sandbox.budget_table(client)

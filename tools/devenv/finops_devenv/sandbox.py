@@ -126,12 +126,14 @@ def _wait(what: str, check: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
-def _list(client: httpx.Client, plural: str) -> list[dict[str, Any]]:
+def list_objects(client: httpx.Client, plural: str) -> list[dict[str, Any]]:
+    """Every object of one finops kind, across namespaces."""
     items: list[dict[str, Any]] = client.get(f"/apis/{GROUP}/{plural}").json().get("items", [])
     return items
 
 
-def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The condition of that type on an object, or an empty mapping."""
     conds = (obj.get("status") or {}).get("conditions") or []
     return next((c for c in conds if c.get("type") == kind), {})
 
@@ -330,17 +332,17 @@ def wait_for_activation(svc: Services, out: TextIO, timeout: float = 90) -> None
     with svc.kube.http() as client:
 
         def settled() -> bool:
-            subs = _list(client, "subscriptions")
+            subs = list_objects(client, "subscriptions")
             return bool(subs) and all(
-                _condition(s, "Active").get("status") in ("True", "False") for s in subs
+                condition(s, "Active").get("status") in ("True", "False") for s in subs
             )
 
         _say(out, "waiting for the controller to activate the Subscriptions")
         if not _wait("subscriptions", settled, timeout):
             pending = [
                 s["metadata"]["name"]
-                for s in _list(client, "subscriptions")
-                if _condition(s, "Active").get("status") not in ("True", "False")
+                for s in list_objects(client, "subscriptions")
+                if condition(s, "Active").get("status") not in ("True", "False")
             ]
             _say(out, f"still waiting for {', '.join(pending)}; continuing anyway")
 
@@ -372,7 +374,7 @@ def backdate_activation(svc: Services, to: dt.datetime, out: TextIO) -> None:
     """Move every activated Subscription's `activatedAt` back to `to` (as its status would
     read had it been running since), through the status subresource."""
     with svc.kube.http() as client:
-        for sub in _list(client, "subscriptions"):
+        for sub in list_objects(client, "subscriptions"):
             if not (sub.get("status") or {}).get("activatedAt"):
                 continue
             meta = sub["metadata"]
@@ -464,13 +466,13 @@ def cost_table(client: httpx.Client, currency: str = "") -> str:
     )
     lines = [header]
     for sub in sorted(
-        _list(client, "subscriptions"),
+        list_objects(client, "subscriptions"),
         key=lambda s: (s["metadata"]["namespace"], s["metadata"]["name"]),
     ):
         meta = sub["metadata"]
         name = f"{meta['namespace']}/{meta['name']}"
         offering = sub["spec"]["offeringRef"]["name"]
-        active = _condition(sub, "Active").get("status", "-")
+        active = condition(sub, "Active").get("status", "-")
         hour, _ = _bucket(sub, "hour")
         day, _ = _bucket(sub, "day")
         month, month_projected = _bucket(sub, "month")
@@ -501,7 +503,8 @@ def budget_table(client: httpx.Client) -> str:
         f"{'FORECAST':>12} STATE"
     ]
     for budget in sorted(
-        _list(client, "budgets"), key=lambda b: (b["metadata"]["namespace"], b["metadata"]["name"])
+        list_objects(client, "budgets"),
+        key=lambda b: (b["metadata"]["namespace"], b["metadata"]["name"]),
     ):
         meta, spec, status = budget["metadata"], budget["spec"], budget.get("status") or {}
         currency = spec.get("currency", "")
@@ -523,12 +526,14 @@ def budget_table(client: httpx.Client) -> str:
 def report(svc: Services, out: TextIO, window: tuple[dt.datetime, dt.datetime]) -> None:
     """The tables, then where to look (`window`: the collected hours, for the gateway URLs)."""
     with svc.kube.http() as client:
-        books = _list(client, "pricebooks")
+        books = list_objects(client, "pricebooks")
         active = [b for b in books if (b.get("status") or {}).get("active")] or books
         currency = next((b["spec"].get("currency", "") for b in active), "")
         table = cost_table(client, currency)
         budgets = budget_table(client)
-        namespaces = sorted({s["metadata"]["namespace"] for s in _list(client, "subscriptions")})
+        namespaces = sorted(
+            {s["metadata"]["namespace"] for s in list_objects(client, "subscriptions")}
+        )
     print(
         f"\nSubscription costs ({currency or 'no active PriceBook'}; "
         "settled so far, and the month's projection):",
