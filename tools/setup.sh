@@ -72,7 +72,7 @@ fi
 # own; FOCUS_PYTHON names the interpreter when none below is found.
 focus_python() {
   local candidate
-  for candidate in "${FOCUS_PYTHON:-}" python3.12 python3.13 "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3; do
+  for candidate in "${FOCUS_PYTHON:-}" python3.12 python3.13 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3; do
     [ -n "$candidate" ] && command -v "$candidate" >/dev/null 2>&1 || continue
     if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
       command -v "$candidate"
