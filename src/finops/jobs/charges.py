@@ -25,7 +25,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from lightkube import AsyncClient
@@ -43,6 +43,7 @@ from finops.opencost import config as opencost_config
 from finops.store import allocations as store_allocations
 from finops.store import charge_inputs, charge_sql, pool, unit
 from finops.store import charges as store_charges
+from finops.store import partitions as store_partitions
 from finops.store import periods as store_periods
 
 log = logging.getLogger("finops.jobs.charges")
@@ -119,6 +120,19 @@ def _write(
     return written
 
 
+def _make_partitions(
+    conn: unit.Connection, windows: Iterable[charge_plan.Window], scheduled: dt.datetime
+) -> None:
+    """The month partitions the run writes in, made before (and outside) its write."""
+    spans = list(windows)
+    if not spans:
+        return
+    end = max(max(stop for _, stop in spans), scheduled)
+    with unit.begin(conn) as work:
+        store_partitions.ensure(conn, start=min(start for start, _ in spans), end=end)
+        work.commit()
+
+
 def read_settled(
     conn: unit.Connection, *, cluster: str, scheduled: dt.datetime, uids: Sequence[str]
 ) -> dict[str, list[buckets.Charge]]:
@@ -136,9 +150,11 @@ def charge(
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
     calendar: periods.Calendar | None = None,
+    retention: store_partitions.Retention | None = None,
 ) -> LedgerResult:
     """Write every charge row of this run, close the billing periods that are settled and
-    book corrections of closed hours, then read back the sums the buckets need.
+    book corrections of closed hours, retire old closed months when a retention is set, then
+    read back the sums the buckets need.
 
     `conn` must be in autocommit mode (as `unit.session` opens it), so each unit of work is
     a real transaction.
@@ -148,6 +164,7 @@ def charge(
     inputs = _read(conn, cluster, scheduled, billed, closed)
     open_hours = dataclasses.replace(inputs, windows=rechecks.clip(inputs.windows, closed))
     tables = charge_plan.tables(billed, open_hours, scheduled)
+    _make_partitions(conn, open_hours.windows.values(), scheduled)
     done = _write(conn, cluster, tables, scheduled, inputs.boundary)
     closing = periods_job.settle(
         conn,
@@ -157,6 +174,14 @@ def charge(
         billed=billed,
         inputs=inputs,
     )
+    if retention is not None:
+        retired = store_partitions.retire(conn, retention)
+        if retired:
+            log.info(
+                "ledger retention: %s the partitions of %s",
+                "dropped" if retention.action is store_partitions.Action.DROP else "detached",
+                ", ".join(f"{m:%Y-%m}" for m in retired),
+            )
     settled = read_settled(
         conn, cluster=cluster, scheduled=scheduled, uids=[b.sub.uid for b in billed]
     )
@@ -171,12 +196,20 @@ def _ledger_pass(
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
     calendar: periods.Calendar,
+    retention: store_partitions.Retention | None = None,
 ) -> LedgerResult:
     dsn = pool.dsn_from_env(env)
     timeouts = opencost_config.Timeouts.from_sources({}, env)
     seconds = max(1, int(timeouts.database_init.total_seconds()))
     with unit.session(dsn, connect_timeout=seconds) as conn:
-        return charge(conn, cluster=cluster, scheduled=scheduled, billed=billed, calendar=calendar)
+        return charge(
+            conn,
+            cluster=cluster,
+            scheduled=scheduled,
+            billed=billed,
+            calendar=calendar,
+            retention=retention,
+        )
 
 
 # ---------------------------------------------------------------- the run
@@ -262,18 +295,21 @@ async def collect(
     ledger: Callable[[Sequence[charge_plan.Billed]], LedgerResult] | None = None,
     namespace: str = "*",
     calendar: periods.Calendar | None = None,
+    retention: store_partitions.Retention | None = None,
 ) -> RunReport:
     """One run against the API and the ledger; failures are recorded per Subscription.
 
     `namespace` narrows the Subscriptions listed (the job itself always runs cluster-wide;
     tests sharing one API server use it to see only their own objects). `calendar` is the
-    billing-period setting (`run` parses it from the environment once).
+    billing-period setting and `retention` the ledger's (`run` parses both from the
+    environment once).
     """
     cluster = pool.cluster_id(env)
     scheduled = plan.scheduled_hour(env.get("SCHEDULED_TIMESTAMP"), now)
     calendar = calendar or periods.Calendar.from_env(env)
+    retention = retention or store_partitions.Retention.from_env(env)
     charge_ledger = ledger or functools.partial(
-        _ledger_pass, env, cluster, scheduled, calendar=calendar
+        _ledger_pass, env, cluster, scheduled, calendar=calendar, retention=retention
     )
     run = _Run(client, now, scheduled, RunReport(scheduled))
     listed = _sort(await kube_subs.list_subscriptions(client, namespace), run)
@@ -511,14 +547,22 @@ async def run(
         return 1
     try:
         calendar = periods.Calendar.from_env(env)
-    except periods.SettingsError as exc:
+        retention = store_partitions.Retention.from_env(env)
+    except (periods.SettingsError, store_partitions.SettingsError) as exc:
         log.error("%s", exc)
         return 1
     client = kube or AsyncClient(field_manager="finops-operator")
     started_at, started = now(), time.monotonic()
     try:
         try:
-            report = await collect(client, env, started_at, namespace=namespace, calendar=calendar)
+            report = await collect(
+                client,
+                env,
+                started_at,
+                namespace=namespace,
+                calendar=calendar,
+                retention=retention,
+            )
         except ApiError as exc:
             log.error("cannot list Subscriptions: %s", _describe(exc))
             error = f"cannot list Subscriptions: {_describe(exc)}"

@@ -71,6 +71,86 @@ def charged_namespaces(conn: psycopg.Connection[Any], *, cluster: str) -> list[s
     return [str(ns) for (ns,) in rows]
 
 
+def whole_days(start: dt.datetime, end: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """The whole UTC days inside `[start, end)` as `[lo, hi)`; `(end, end)` when there are
+    none. The daily sums answer for those days, the hourly rows for the hours around them."""
+    lo = start.astimezone(dt.UTC)
+    day_lo = lo.replace(hour=0, minute=0, second=0, microsecond=0)
+    if day_lo < lo:
+        day_lo += dt.timedelta(days=1)
+    day_hi = end.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if day_lo >= day_hi:
+        return end, end
+    return day_lo, day_hi
+
+
+def _window_params(
+    cluster: str, namespaces: Collection[str], start: dt.datetime, end: dt.datetime
+) -> dict[str, object]:
+    day_lo, day_hi = whole_days(start, end)
+    return {
+        "cluster": cluster,
+        "namespaces": list(namespaces),
+        "start": start,
+        "end": end,
+        "day_lo": day_lo,
+        "day_hi": day_hi,
+    }
+
+
+# Charges of the namespaces' Subscription versions: the daily sums (charge_days, kept by the
+# ledger's triggers) for the whole UTC days of the window, the hourly rows for the hours
+# before and after them. A month across every namespace is then tens of thousands of daily
+# sums instead of millions of rows.
+_DAYS = """
+    FROM charge_days c JOIN subscription_versions v ON v.id = c.subscription_version_id
+    WHERE c.cluster = %(cluster)s AND v.cluster = %(cluster)s
+      AND v.namespace = ANY(%(namespaces)s)
+      AND c.day >= %(day_lo)s AND c.day < %(day_hi)s
+"""
+_EDGE_HOURS = """
+    FROM subscription_charges c JOIN subscription_versions v ON v.id = c.subscription_version_id
+    WHERE c.cluster = %(cluster)s AND v.cluster = %(cluster)s
+      AND v.namespace = ANY(%(namespaces)s)
+      AND ((c.hour >= %(start)s AND c.hour < %(day_lo)s)
+           OR (c.hour >= %(day_hi)s AND c.hour < %(end)s))
+"""
+_DAILY_SERIES = f"""
+    SELECT bucket, key, currency, sum(amount) FROM (
+        SELECT c.day AS bucket, {{key}} AS key, c.currency, c.amount_micros AS amount {_DAYS}
+        UNION ALL
+        SELECT date_trunc('day', c.hour, 'UTC'), {{key}}, c.currency, c.amount_micros
+        {_EDGE_HOURS}
+    ) r
+    GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
+"""
+_HOURLY_SERIES = """
+    SELECT c.hour AS bucket, {key} AS key, c.currency, sum(c.amount_micros)
+    FROM subscription_charges c
+    JOIN subscription_versions v ON v.id = c.subscription_version_id
+    WHERE c.cluster = %(cluster)s AND v.cluster = %(cluster)s
+      AND v.namespace = ANY(%(namespaces)s)
+      AND c.hour >= %(start)s AND c.hour < %(end)s
+    GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
+"""
+_BREAKDOWN = f"""
+    SELECT r.namespace, r.name, o.namespace, o.name, r.source, r.currency, sum(r.amount),
+           sum(r.final)
+    FROM (
+        SELECT v.namespace, v.name, c.offering_version_id, c.source, c.currency,
+               c.amount_micros AS amount, c.finalized_micros AS final {_DAYS}
+        UNION ALL
+        SELECT v.namespace, v.name, c.offering_version_id, c.source, c.currency,
+               c.amount_micros, CASE WHEN c.finalized THEN c.amount_micros ELSE 0 END
+        {_EDGE_HOURS}
+    ) r
+    JOIN offering_versions o ON o.id = r.offering_version_id
+    GROUP BY 1, 2, 3, 4, 5, 6
+    ORDER BY 1, 2, 3, 4, 5, 6
+"""
+
 _SERIES_KEYS = {
     GroupBy.SOURCE: sql.SQL("c.source"),
     GroupBy.SUBSCRIPTION: sql.SQL("v.namespace || '/' || v.name"),
@@ -94,22 +174,12 @@ def cost_series(
     _check_window(start, end)
     if not namespaces:
         return []
-    query = sql.SQL(
-        """
-        SELECT date_trunc(%s, c.hour, 'UTC') AS bucket, {key} AS key, c.currency,
-               sum(c.amount_micros)
-        FROM subscription_charges c
-        JOIN subscription_versions v ON v.id = c.subscription_version_id
-        WHERE c.cluster = %s AND v.cluster = %s AND v.namespace = ANY(%s)
-          AND c.hour >= %s AND c.hour < %s
-        GROUP BY 1, 2, 3
-        ORDER BY 1, 2, 3
-        """
-    ).format(key=_SERIES_KEYS[group_by])
-    rows = conn.execute(
-        query,
-        (step.value, cluster, cluster, list(namespaces), start, end),
-    ).fetchall()
+    key = _SERIES_KEYS[group_by]
+    if step is Step.DAY:
+        query = sql.SQL(_DAILY_SERIES).format(key=key)
+    else:
+        query = sql.SQL(_HOURLY_SERIES).format(key=key)
+    rows = conn.execute(query, _window_params(cluster, namespaces, start, end)).fetchall()
     return [
         SeriesPoint(
             bucket=bucket.astimezone(dt.UTC),
@@ -133,21 +203,7 @@ def cost_breakdown(
     _check_window(start, end)
     if not namespaces:
         return []
-    rows = conn.execute(
-        """
-        SELECT v.namespace, v.name, o.namespace, o.name, c.source, c.currency,
-               sum(c.amount_micros),
-               coalesce(sum(c.amount_micros) FILTER (WHERE c.finalized), 0)
-        FROM subscription_charges c
-        JOIN subscription_versions v ON v.id = c.subscription_version_id
-        JOIN offering_versions o ON o.id = c.offering_version_id
-        WHERE c.cluster = %s AND v.cluster = %s AND v.namespace = ANY(%s)
-          AND c.hour >= %s AND c.hour < %s
-        GROUP BY 1, 2, 3, 4, 5, 6
-        ORDER BY 1, 2, 3, 4, 5, 6
-        """,
-        (cluster, cluster, list(namespaces), start, end),
-    ).fetchall()
+    rows = conn.execute(_BREAKDOWN, _window_params(cluster, namespaces, start, end)).fetchall()
     return [
         BreakdownRow(
             namespace=str(ns),

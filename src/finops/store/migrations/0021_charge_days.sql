@@ -17,7 +17,7 @@ CREATE TABLE charge_days (
     currency                text        NOT NULL,
     amount_micros           bigint      NOT NULL,
     finalized_micros        bigint      NOT NULL,
-    charge_rows             bigint      NOT NULL CHECK (charge_rows >= 0),
+    charge_rows             bigint      NOT NULL,
     PRIMARY KEY (cluster, day, subscription_version_id, offering_version_id, source, currency)
 );
 
@@ -63,6 +63,15 @@ BEGIN
           AND t.offering_version_id = r.offering_version_id AND t.source = r.source
           AND t.currency = r.currency;
     END IF;
+    RETURN NULL;
+END;
+$$;
+
+-- Truncating the ledger empties its sums in the same transaction.
+CREATE FUNCTION finops_charge_days_truncated() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    TRUNCATE charge_days;
     RETURN NULL;
 END;
 $$;

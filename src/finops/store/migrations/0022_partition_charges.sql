@@ -71,6 +71,9 @@ BEGIN
     CREATE OR REPLACE TRIGGER charge_days_deleted AFTER DELETE
         ON subscription_charges_partitioned REFERENCING OLD TABLE AS removed
         FOR EACH STATEMENT EXECUTE FUNCTION finops_charge_days_change();
+    CREATE OR REPLACE TRIGGER charge_days_truncated AFTER TRUNCATE
+        ON subscription_charges_partitioned
+        FOR EACH STATEMENT EXECUTE FUNCTION finops_charge_days_truncated();
     CREATE OR REPLACE TRIGGER charges_mirrored_inserted AFTER INSERT
         ON subscription_charges REFERENCING NEW TABLE AS added
         FOR EACH STATEMENT EXECUTE FUNCTION finops_mirror_charges();
