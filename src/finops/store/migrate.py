@@ -31,6 +31,7 @@ import os
 import pathlib
 import re
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from importlib.resources.abc import Traversable
 from typing import Any
@@ -154,7 +155,7 @@ def apply(
         raise MigrationError("migrations need a connection that is not inside a transaction")
     pending_source = load() if migrations is None else list(migrations)
     applied_now: list[Migration] = []
-    _execute_committed(conn, b"SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+    _lock(conn)
     try:
         _execute_committed(conn, _CREATE_TABLE)
         done = _applied(conn)
@@ -175,6 +176,20 @@ def apply(
                 conn.rollback()
             _execute_committed(conn, b"SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
     return applied_now
+
+
+def _lock(conn: psycopg.Connection[Any]) -> None:
+    """Take the advisory lock, asking again until granted. Why not `pg_advisory_lock`: a
+    process blocked in it holds a snapshot, and `CREATE INDEX CONCURRENTLY` in the holder's
+    online migration waits for every older snapshot to end: the two would wait for each other."""
+    delay = 0.05
+    while True:
+        with conn.transaction():
+            row = conn.execute(b"SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
+        if row is not None and row[0]:
+            return
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 def applied_versions(conn: psycopg.Connection[Any]) -> list[int]:

@@ -88,8 +88,8 @@ CREATE FUNCTION finops_charge_parent() RETURNS regclass
     $$;
 
 -- The partition of one UTC month, `subscription_charges_yYYYYmMM`, made when missing. Rows of
--- that month already in the default partition move into it first, so attaching it scans
--- nothing but the default partition's index. Serialised by a transaction lock, so two runs
+-- that month already in the default partition move into it first (the default partition is
+-- locked meanwhile: keep it small by making partitions ahead). Serialised by a transaction lock, so two runs
 -- making the same month do not collide. Returns the partition's name.
 CREATE FUNCTION finops_charge_partition(month timestamptz) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -110,6 +110,9 @@ BEGIN
     IF to_regclass(part) IS NOT NULL THEN
         RETURN part;
     END IF;
+    -- No writer may add a row of the month to the default partition between the move and
+    -- the attach (which takes this lock anyway).
+    LOCK TABLE subscription_charges_default IN ACCESS EXCLUSIVE MODE;
     EXECUTE format('CREATE TABLE %I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
                    part, parent);
     EXECUTE format('WITH moved AS (DELETE FROM subscription_charges_default '

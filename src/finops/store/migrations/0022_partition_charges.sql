@@ -4,15 +4,18 @@
 -- rename, which takes milliseconds. Every step is safe to repeat, and does nothing once
 -- subscription_charges is partitioned. How:
 --   1. an empty partitioned twin, subscription_charges_partitioned, with the ledger's columns,
---      checks and primary key, a default partition and the charge_days triggers; statement
---      triggers on the ledger mirror every write into the twin from then on (inserts and
---      updates upserted, deletes applied and noted);
+--      checks and primary key, a default partition and the charge_days triggers; from then on
+--      statement triggers on the ledger note the key of every row a writer inserts, updates
+--      or deletes (writers touch nothing else, so they never wait for the conversion);
 --   2. a partition for each month the ledger spans;
---   3. the rows copied in batches of table pages, each its own transaction (a row a writer
---      changed meanwhile is already in the twin and kept as the writer left it);
---   4. the secondary indexes built with CREATE INDEX CONCURRENTLY, partition by partition;
---   5. one short transaction: rows deleted during the copy removed from the twin, the old
+--   3. the rows copied in batches of table pages, each its own transaction;
+--   4. the noted keys replayed: the twin's rows of those keys replaced by the ledger's as
+--      they are now (again after step 5, and a last time in step 6);
+--   5. the secondary indexes built with CREATE INDEX CONCURRENTLY, partition by partition;
+--   6. one short transaction holding the ledger: the keys noted since replayed, the old
 --      table dropped, the twin renamed into its place with the ledger's triggers.
+-- A row no writer touched since step 1 is copied as it is; a row a writer touched is taken
+-- from the ledger after the writer's change, under the final lock at the latest.
 -- A month's partition is made by finops_charge_partition (0021) when a charge run is about to
 -- write in it; rows of a month without one go to the default partition meanwhile.
 
@@ -20,27 +23,50 @@ CREATE OR REPLACE FUNCTION finops_charges_unpartitioned() RETURNS boolean
     LANGUAGE sql STABLE
     AS $$ SELECT relkind = 'r' FROM pg_class WHERE oid = 'subscription_charges'::regclass $$;
 
-CREATE OR REPLACE FUNCTION finops_mirror_charges() RETURNS trigger
+CREATE OR REPLACE FUNCTION finops_note_charge_changes() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'DELETE' THEN
-        INSERT INTO subscription_charges_deleted_meanwhile
-        SELECT cluster, subscription_uid, hour, source FROM removed;
-        DELETE FROM subscription_charges_partitioned p USING removed r
-        WHERE p.cluster = r.cluster AND p.subscription_uid = r.subscription_uid
-          AND p.hour = r.hour AND p.source = r.source;
-        RETURN NULL;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO subscription_charges_changed_meanwhile
+            (cluster, subscription_uid, hour, source)
+        SELECT cluster, subscription_uid, hour, source FROM added;
     END IF;
-    INSERT INTO subscription_charges_partitioned SELECT * FROM added
-    ORDER BY cluster, subscription_uid, hour, source
-    ON CONFLICT (cluster, subscription_uid, hour, source) DO UPDATE SET
-        quantity = EXCLUDED.quantity, unit_price_micros = EXCLUDED.unit_price_micros,
-        amount_micros = EXCLUDED.amount_micros, currency = EXCLUDED.currency,
-        finalized = EXCLUDED.finalized, offering_version_id = EXCLUDED.offering_version_id,
-        subscription_version_id = EXCLUDED.subscription_version_id,
-        pricebook_id = EXCLUDED.pricebook_id, covers_start = EXCLUDED.covers_start,
-        covers_end = EXCLUDED.covers_end;
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        INSERT INTO subscription_charges_changed_meanwhile
+            (cluster, subscription_uid, hour, source)
+        SELECT cluster, subscription_uid, hour, source FROM removed;
+    END IF;
     RETURN NULL;
+END;
+$$;
+
+-- The noted keys visible now: the twin's rows of them replaced by the ledger's current rows.
+-- A key noted by a transaction still running stays noted for the next replay.
+CREATE OR REPLACE FUNCTION finops_replay_charge_changes() RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    upto bigint;
+    moved bigint;
+BEGIN
+    SELECT max(id) INTO upto FROM subscription_charges_changed_meanwhile;
+    IF upto IS NULL THEN
+        RETURN 0;
+    END IF;
+    CREATE TEMP TABLE charge_keys ON COMMIT DROP AS
+        SELECT DISTINCT cluster, subscription_uid, hour, source
+        FROM subscription_charges_changed_meanwhile WHERE id <= upto;
+    DELETE FROM subscription_charges_partitioned p USING charge_keys k
+    WHERE p.cluster = k.cluster AND p.subscription_uid = k.subscription_uid
+      AND p.hour = k.hour AND p.source = k.source;
+    INSERT INTO subscription_charges_partitioned
+    SELECT c.* FROM subscription_charges c JOIN charge_keys k
+      ON c.cluster = k.cluster AND c.subscription_uid = k.subscription_uid
+     AND c.hour = k.hour AND c.source = k.source
+    ORDER BY c.cluster, c.subscription_uid, c.hour, c.source;
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    DELETE FROM subscription_charges_changed_meanwhile WHERE id <= upto;
+    DROP TABLE charge_keys;
+    RETURN moved;
 END;
 $$;
 
@@ -60,8 +86,9 @@ BEGIN
     END IF;
     CREATE TABLE IF NOT EXISTS subscription_charges_default
         PARTITION OF subscription_charges_partitioned DEFAULT;
-    CREATE TABLE IF NOT EXISTS subscription_charges_deleted_meanwhile (
-        cluster text, subscription_uid text, hour timestamptz, source text);
+    CREATE TABLE IF NOT EXISTS subscription_charges_changed_meanwhile (
+        id bigint GENERATED ALWAYS AS IDENTITY, cluster text, subscription_uid text,
+        hour timestamptz, source text);
     CREATE OR REPLACE TRIGGER charge_days_inserted AFTER INSERT
         ON subscription_charges_partitioned REFERENCING NEW TABLE AS added
         FOR EACH STATEMENT EXECUTE FUNCTION finops_charge_days_change();
@@ -74,15 +101,15 @@ BEGIN
     CREATE OR REPLACE TRIGGER charge_days_truncated AFTER TRUNCATE
         ON subscription_charges_partitioned
         FOR EACH STATEMENT EXECUTE FUNCTION finops_charge_days_truncated();
-    CREATE OR REPLACE TRIGGER charges_mirrored_inserted AFTER INSERT
+    CREATE OR REPLACE TRIGGER charges_noted_inserted AFTER INSERT
         ON subscription_charges REFERENCING NEW TABLE AS added
-        FOR EACH STATEMENT EXECUTE FUNCTION finops_mirror_charges();
-    CREATE OR REPLACE TRIGGER charges_mirrored_updated AFTER UPDATE
-        ON subscription_charges REFERENCING NEW TABLE AS added
-        FOR EACH STATEMENT EXECUTE FUNCTION finops_mirror_charges();
-    CREATE OR REPLACE TRIGGER charges_mirrored_deleted AFTER DELETE
+        FOR EACH STATEMENT EXECUTE FUNCTION finops_note_charge_changes();
+    CREATE OR REPLACE TRIGGER charges_noted_updated AFTER UPDATE
+        ON subscription_charges REFERENCING OLD TABLE AS removed NEW TABLE AS added
+        FOR EACH STATEMENT EXECUTE FUNCTION finops_note_charge_changes();
+    CREATE OR REPLACE TRIGGER charges_noted_deleted AFTER DELETE
         ON subscription_charges REFERENCING OLD TABLE AS removed
-        FOR EACH STATEMENT EXECUTE FUNCTION finops_mirror_charges();
+        FOR EACH STATEMENT EXECUTE FUNCTION finops_note_charge_changes();
 END;
 $$;
 
@@ -97,10 +124,13 @@ WHERE b.lo IS NOT NULL;
 SELECT format('INSERT INTO subscription_charges_partitioned SELECT * FROM subscription_charges '
               'WHERE ctid >= %L::tid AND ctid < %L::tid '
               'ORDER BY cluster, subscription_uid, hour, source ON CONFLICT DO NOTHING',
-              format('(%s,0)', p), format('(%s,0)', p + 8192))
+              format('(%s,0)', p), format('(%s,0)', p + 4096))
 FROM generate_series(0, pg_relation_size('subscription_charges')
-                        / current_setting('block_size')::bigint, 8192) p
+                        / current_setting('block_size')::bigint, 4096) p
 WHERE finops_charges_unpartitioned();
+
+-- finops:step
+SELECT finops_replay_charge_changes() WHERE finops_charges_unpartitioned();
 
 -- finops:step each
 -- A concurrent index build that failed leaves an invalid index; it is built again.
@@ -159,6 +189,9 @@ WHERE h.inhparent = 'subscription_charges_partitioned'::regclass
 ORDER BY 1;
 
 -- finops:step
+SELECT finops_replay_charge_changes() WHERE finops_charges_unpartitioned();
+
+-- finops:step
 -- The switch. Writers wait from the LOCK to the end of this transaction; the lock is asked
 -- for with a short timeout and again until granted, so a long charge run holding the ledger
 -- never has every other statement queue behind this one for long.
@@ -184,16 +217,9 @@ BEGIN
         RAISE EXCEPTION 'the charge ledger stayed locked by other sessions; try again';
     END IF;
     SET LOCAL lock_timeout = 0;
-    DELETE FROM subscription_charges_partitioned p
-    USING (SELECT DISTINCT * FROM subscription_charges_deleted_meanwhile) d
-    WHERE p.cluster = d.cluster AND p.subscription_uid = d.subscription_uid
-      AND p.hour = d.hour AND p.source = d.source
-      AND NOT EXISTS (
-          SELECT 1 FROM subscription_charges c
-          WHERE c.cluster = d.cluster AND c.subscription_uid = d.subscription_uid
-            AND c.hour = d.hour AND c.source = d.source);
+    PERFORM finops_replay_charge_changes();
     DROP TABLE subscription_charges;
-    DROP TABLE subscription_charges_deleted_meanwhile;
+    DROP TABLE subscription_charges_changed_meanwhile;
     ALTER TABLE subscription_charges_partitioned RENAME TO subscription_charges;
     ALTER INDEX subscription_charges_partitioned_pkey RENAME TO subscription_charges_pkey;
     ALTER INDEX subscription_charges_partitioned_open RENAME TO subscription_charges_open;
@@ -224,7 +250,9 @@ END;
 $$;
 
 -- finops:step
-DROP FUNCTION IF EXISTS finops_mirror_charges();
+DROP TABLE IF EXISTS subscription_charges_changed_meanwhile;
+DROP FUNCTION IF EXISTS finops_note_charge_changes();
+DROP FUNCTION IF EXISTS finops_replay_charge_changes();
 
 -- finops:step
 ANALYZE subscription_charges;
