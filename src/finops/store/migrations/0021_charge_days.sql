@@ -118,6 +118,12 @@ BEGIN
     EXECUTE format('WITH moved AS (DELETE FROM subscription_charges_default '
                    'WHERE hour >= %L AND hour < %L RETURNING *) '
                    'INSERT INTO %I SELECT * FROM moved', lo, hi, part);
+    -- The ledger's indexes under names that say whose they are; attaching adopts them.
+    EXECUTE format('CREATE INDEX %I ON %I (cluster, subscription_uid, hour) '
+                   'WHERE NOT finalized', part || '_open', part);
+    EXECUTE format('CREATE INDEX %I ON %I (subscription_version_id, hour) INCLUDE (cluster, '
+                   'subscription_uid, source, currency, amount_micros, finalized)',
+                   part || '_by_version_hour', part);
     EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (hour >= %L AND hour < %L)',
                    part, part || '_range', lo, hi);
     EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
