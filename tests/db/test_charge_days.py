@@ -64,7 +64,11 @@ _op = st.one_of(
 
 
 def _apply(
-    conn: psycopg.Connection[Any], op: tuple[Any, ...], offerings: list[int], subs: list[int]
+    conn: psycopg.Connection[Any],
+    op: tuple[Any, ...],
+    offerings: list[int],
+    subs: list[int],
+    spread: int = 1,
 ) -> None:
     kind = op[0]
     if kind == "upsert":
@@ -75,7 +79,7 @@ def _apply(
             (
                 c,
                 f"uid-{n}",
-                BASE + dt.timedelta(hours=h),
+                BASE + dt.timedelta(hours=h * spread),
                 s,
                 amount,
                 final,
@@ -166,7 +170,7 @@ def test_a_statement_that_fails_leaves_the_daily_sums_as_they_were(
 
 @seed(20261206)
 @settings(
-    max_examples=30,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -176,6 +180,7 @@ def test_a_statement_that_fails_leaves_the_daily_sums_as_they_were(
     length=st.integers(0, HOURS),
     by_subscription=st.booleans(),
     namespaces=st.sampled_from([NAMESPACES, NAMESPACES[:1], NAMESPACES[1:]]),
+    spread=st.sampled_from([1, 29]),  # 29: rows over four months, windows of whole months
 )
 def test_the_dashboards_daily_reads_equal_the_sums_of_the_hourly_rows(
     ledger_dsn: str,
@@ -184,13 +189,14 @@ def test_the_dashboards_daily_reads_equal_the_sums_of_the_hourly_rows(
     length: int,
     by_subscription: bool,
     namespaces: tuple[str, ...],
+    spread: int,
 ) -> None:
-    lo = BASE + dt.timedelta(hours=start)
-    hi = lo + dt.timedelta(hours=length)
+    lo = BASE + dt.timedelta(hours=start * spread)
+    hi = lo + dt.timedelta(hours=length * spread)
     with psycopg.connect(ledger_dsn, autocommit=True) as conn:
         conn.execute("TRUNCATE subscription_charges")
         offerings, subs = _versions(conn)
-        _apply(conn, ("upsert", rows), offerings, subs)
+        _apply(conn, ("upsert", rows), offerings, subs, spread)
         group = dashboard.GroupBy.SUBSCRIPTION if by_subscription else dashboard.GroupBy.SOURCE
         points = dashboard.cost_series(
             conn,
@@ -229,6 +235,16 @@ def test_the_dashboards_daily_reads_equal_the_sums_of_the_hourly_rows(
         ] == ledger_sums.breakdown(
             conn, cluster="default", namespaces=namespaces, start=lo, end=hi
         )
+
+
+def test_whole_months_are_the_utc_months_inside_the_whole_days() -> None:
+    may, june, july = (dt.datetime(2026, m, 1, tzinfo=dt.UTC) for m in (5, 6, 7))
+    assert dashboard.whole_months(may, july) == (may, july)
+    assert dashboard.whole_months(may + dt.timedelta(days=1), july) == (june, july)
+    assert dashboard.whole_months(may + dt.timedelta(days=1), june + dt.timedelta(days=3)) == (
+        june + dt.timedelta(days=3),
+        june + dt.timedelta(days=3),
+    )
 
 
 def test_whole_days_are_the_utc_days_inside_the_window() -> None:

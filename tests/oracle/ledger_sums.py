@@ -20,6 +20,24 @@ DAYS = """
     ORDER BY 1, 2, 3, 4, 5, 6
 """
 
+MONTHS = """
+    SELECT cluster, date_trunc('month', hour, 'UTC'), subscription_version_id,
+           offering_version_id, source, currency, sum(amount_micros)::bigint,
+           coalesce(sum(amount_micros) FILTER (WHERE finalized), 0)::bigint, count(*)
+    FROM subscription_charges
+    GROUP BY 1, 2, 3, 4, 5, 6
+    ORDER BY 1, 2, 3, 4, 5, 6
+"""
+
+NAMESPACE_DAYS = """
+    SELECT c.cluster, date_trunc('day', c.hour, 'UTC'), v.namespace, c.source, c.currency,
+           sum(c.amount_micros)::bigint,
+           coalesce(sum(c.amount_micros) FILTER (WHERE c.finalized), 0)::bigint, count(*)
+    FROM subscription_charges c JOIN subscription_versions v ON v.id = c.subscription_version_id
+    GROUP BY 1, 2, 3, 4, 5
+    ORDER BY 1, 2, 3, 4, 5
+"""
+
 KEPT = """
     SELECT cluster, day, subscription_version_id, offering_version_id, source, currency,
            amount_micros, finalized_micros, charge_rows
@@ -27,14 +45,23 @@ KEPT = """
 """
 
 
-def day_sums(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-    """Every (cluster, UTC day, versions, source, currency) group of the rows, summed."""
-    return conn.execute(DAYS).fetchall()
+def day_sums(conn: psycopg.Connection[Any]) -> list[list[tuple[Any, ...]]]:
+    """The rows summed per (cluster, UTC day, versions, source, currency), per UTC month
+    instead of day, and per (cluster, UTC day, namespace, source, currency)."""
+    return [conn.execute(q).fetchall() for q in (DAYS, MONTHS, NAMESPACE_DAYS)]
 
 
-def kept_day_sums(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-    """What `charge_days` holds, in the same shape."""
-    return conn.execute(KEPT).fetchall()
+def kept_day_sums(conn: psycopg.Connection[Any]) -> list[list[tuple[Any, ...]]]:
+    """What `charge_days`, `charge_months` and `charge_namespace_days` hold, in the same
+    shapes."""
+    return [
+        conn.execute(q).fetchall()
+        for q in (
+            KEPT,
+            KEPT.replace("day,", "month,").replace("charge_days", "charge_months"),
+            "SELECT * FROM charge_namespace_days ORDER BY 1, 2, 3, 4, 5",
+        )
+    ]
 
 
 def daily_series(

@@ -84,10 +84,23 @@ def whole_days(start: dt.datetime, end: dt.datetime) -> tuple[dt.datetime, dt.da
     return day_lo, day_hi
 
 
+def whole_months(day_lo: dt.datetime, day_hi: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """The whole UTC months inside the whole days `[day_lo, day_hi)` as `[lo, hi)`;
+    `(day_hi, day_hi)` when there are none. The monthly sums answer for those months."""
+    lo = day_lo.replace(day=1)
+    if lo < day_lo:
+        lo = (lo + dt.timedelta(days=32)).replace(day=1)
+    hi = day_hi.replace(day=1)
+    if lo >= hi:
+        return day_hi, day_hi
+    return lo, hi
+
+
 def _window_params(
     cluster: str, namespaces: Collection[str], start: dt.datetime, end: dt.datetime
 ) -> dict[str, object]:
     day_lo, day_hi = whole_days(start, end)
+    month_lo, month_hi = whole_months(day_lo, day_hi)
     return {
         "cluster": cluster,
         "namespaces": list(namespaces),
@@ -95,6 +108,8 @@ def _window_params(
         "end": end,
         "day_lo": day_lo,
         "day_hi": day_hi,
+        "month_lo": month_lo,
+        "month_hi": month_hi,
     }
 
 
@@ -102,28 +117,80 @@ def _window_params(
 # ledger's triggers) for the whole UTC days of the window, the hourly rows for the hours
 # before and after them. A month across every namespace is then tens of thousands of daily
 # sums instead of millions of rows.
-_DAYS = """
-    FROM charge_days c JOIN subscription_versions v ON v.id = c.subscription_version_id
-    WHERE c.cluster = %(cluster)s AND v.cluster = %(cluster)s
-      AND v.namespace = ANY(%(namespaces)s)
-      AND c.day >= %(day_lo)s AND c.day < %(day_hi)s
+_NAMESPACES = """
+    WITH v AS MATERIALIZED (
+        SELECT id, namespace, name FROM subscription_versions
+        WHERE cluster = %(cluster)s AND namespace = ANY(%(namespaces)s)
+    )
 """
 _EDGE_HOURS = """
-    FROM subscription_charges c JOIN subscription_versions v ON v.id = c.subscription_version_id
-    WHERE c.cluster = %(cluster)s AND v.cluster = %(cluster)s
-      AND v.namespace = ANY(%(namespaces)s)
+    FROM subscription_charges c JOIN v ON v.id = c.subscription_version_id
+    WHERE c.cluster = %(cluster)s
       AND ((c.hour >= %(start)s AND c.hour < %(day_lo)s)
            OR (c.hour >= %(day_hi)s AND c.hour < %(end)s))
 """
-_DAILY_SERIES = f"""
-    SELECT bucket, key, currency, sum(amount) FROM (
-        SELECT c.day AS bucket, {{key}} AS key, c.currency, c.amount_micros AS amount {_DAYS}
+# By day and source: the namespaces' daily sums, and the hours around the whole days.
+_SOURCE_SERIES = f"""
+    {_NAMESPACES}
+    SELECT bucket, source, currency, sum(amount) FROM (
+        SELECT c.day AS bucket, c.source, c.currency, c.amount_micros AS amount
+        FROM charge_namespace_days c
+        WHERE c.cluster = %(cluster)s AND c.namespace = ANY(%(namespaces)s)
+          AND c.day >= %(day_lo)s AND c.day < %(day_hi)s
         UNION ALL
-        SELECT date_trunc('day', c.hour, 'UTC'), {{key}}, c.currency, c.amount_micros
+        SELECT date_trunc('day', c.hour, 'UTC'), c.source, c.currency, c.amount_micros
         {_EDGE_HOURS}
-    ) r
+    ) u
     GROUP BY 1, 2, 3
     ORDER BY 1, 2, 3
+"""
+# By day and Subscription: the versions' daily sums, and the hours around the whole days.
+_SUBSCRIPTION_SERIES = f"""
+    {_NAMESPACES}
+    SELECT bucket, key, currency, sum(amount) FROM (
+        SELECT c.day AS bucket, v.namespace || '/' || v.name AS key, c.currency,
+               c.amount_micros AS amount
+        FROM charge_days c JOIN v ON v.id = c.subscription_version_id
+        WHERE c.cluster = %(cluster)s AND c.day >= %(day_lo)s AND c.day < %(day_hi)s
+        UNION ALL
+        SELECT date_trunc('day', c.hour, 'UTC'), v.namespace || '/' || v.name, c.currency,
+               c.amount_micros
+        {_EDGE_HOURS}
+    ) u
+    GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
+"""
+# Per Subscription and source: the monthly sums of the whole months, the daily sums of the
+# whole days around them, the hours around those; summed by version ids (integers) first.
+_BREAKDOWN = f"""
+    {_NAMESPACES}
+    SELECT v.namespace, v.name, o.namespace, o.name, r.source, r.currency, sum(r.amount),
+           sum(r.final)
+    FROM (
+        SELECT sv, ov, source, currency, sum(amount) AS amount, sum(final) AS final FROM (
+            SELECT c.subscription_version_id AS sv, c.offering_version_id AS ov, c.source,
+                   c.currency, c.amount_micros AS amount, c.finalized_micros AS final
+            FROM charge_months c
+            WHERE c.cluster = %(cluster)s AND c.month >= %(month_lo)s AND c.month < %(month_hi)s
+              AND c.subscription_version_id IN (SELECT id FROM v)
+            UNION ALL
+            SELECT c.subscription_version_id, c.offering_version_id, c.source, c.currency,
+                   c.amount_micros, c.finalized_micros
+            FROM charge_days c
+            WHERE c.cluster = %(cluster)s AND c.subscription_version_id IN (SELECT id FROM v)
+              AND ((c.day >= %(day_lo)s AND c.day < %(month_lo)s)
+                   OR (c.day >= %(month_hi)s AND c.day < %(day_hi)s))
+            UNION ALL
+            SELECT c.subscription_version_id, c.offering_version_id, c.source, c.currency,
+                   c.amount_micros, CASE WHEN c.finalized THEN c.amount_micros ELSE 0 END
+            {_EDGE_HOURS}
+        ) u
+        GROUP BY 1, 2, 3, 4
+    ) r
+    JOIN v ON v.id = r.sv
+    JOIN offering_versions o ON o.id = r.ov
+    GROUP BY 1, 2, 3, 4, 5, 6
+    ORDER BY 1, 2, 3, 4, 5, 6
 """
 _HOURLY_SERIES = """
     SELECT c.hour AS bucket, {key} AS key, c.currency, sum(c.amount_micros)
@@ -134,21 +201,6 @@ _HOURLY_SERIES = """
       AND c.hour >= %(start)s AND c.hour < %(end)s
     GROUP BY 1, 2, 3
     ORDER BY 1, 2, 3
-"""
-_BREAKDOWN = f"""
-    SELECT r.namespace, r.name, o.namespace, o.name, r.source, r.currency, sum(r.amount),
-           sum(r.final)
-    FROM (
-        SELECT v.namespace, v.name, c.offering_version_id, c.source, c.currency,
-               c.amount_micros AS amount, c.finalized_micros AS final {_DAYS}
-        UNION ALL
-        SELECT v.namespace, v.name, c.offering_version_id, c.source, c.currency,
-               c.amount_micros, CASE WHEN c.finalized THEN c.amount_micros ELSE 0 END
-        {_EDGE_HOURS}
-    ) r
-    JOIN offering_versions o ON o.id = r.offering_version_id
-    GROUP BY 1, 2, 3, 4, 5, 6
-    ORDER BY 1, 2, 3, 4, 5, 6
 """
 
 _SERIES_KEYS = {
@@ -174,11 +226,12 @@ def cost_series(
     _check_window(start, end)
     if not namespaces:
         return []
-    key = _SERIES_KEYS[group_by]
+    query: sql.Composable
     if step is Step.DAY:
-        query = sql.SQL(_DAILY_SERIES).format(key=key)
+        daily = _SOURCE_SERIES if group_by is GroupBy.SOURCE else _SUBSCRIPTION_SERIES
+        query = sql.SQL(daily)
     else:
-        query = sql.SQL(_HOURLY_SERIES).format(key=key)
+        query = sql.SQL(_HOURLY_SERIES).format(key=_SERIES_KEYS[group_by])
     rows = conn.execute(query, _window_params(cluster, namespaces, start, end)).fetchall()
     return [
         SeriesPoint(

@@ -149,7 +149,7 @@ def retirable(
 
 def retire(conn: psycopg.Connection[Any], retention: Retention) -> list[dt.datetime]:
     """Apply `retention` in one transaction: each retired month's partition leaves the
-    ledger and its daily sums go with it. Returns the months retired (none when off)."""
+    ledger and its sums go with it. Returns the months retired (none when off)."""
     if retention.months is None:
         return []
     with conn.transaction():
@@ -163,9 +163,10 @@ def _retire_one(conn: psycopg.Connection[Any], month: dt.datetime, action: Actio
     name = f"subscription_charges_y{month:%Y}m{month:%m}"
     ident = sql.Identifier(name)
     conn.execute(sql.SQL("ALTER TABLE subscription_charges DETACH PARTITION {}").format(ident))
-    conn.execute(
-        "DELETE FROM charge_days WHERE day >= %s AND day < %s", (month, add_months(month, 1))
-    )
+    end = add_months(month, 1)
+    conn.execute("DELETE FROM charge_days WHERE day >= %s AND day < %s", (month, end))
+    conn.execute("DELETE FROM charge_namespace_days WHERE day >= %s AND day < %s", (month, end))
+    conn.execute("DELETE FROM charge_months WHERE month = %s", (month,))
     if action is Action.DROP:
         conn.execute(sql.SQL("DROP TABLE {}").format(ident))
     else:

@@ -1,12 +1,18 @@
--- Daily sums of the charge ledger, and monthly partitions of it.
+-- Daily and monthly sums of the charge ledger, and monthly partitions of it.
 --
--- charge_days holds, per cluster, UTC day, Subscription version, Offering version, source and
--- currency, the sum of the charge rows' amounts (and of the finalized ones) and how many rows
--- there are. Readers across every namespace (the dashboard's "All" over a month) sum these
--- instead of millions of hourly rows. Statement triggers on subscription_charges maintain it
--- in the writing statement's own transaction, from the rows that statement wrote, so it can
--- never disagree with the rows: a statement that fails or rolls back takes its change of the
--- sums with it. The triggers are attached to the partitioned ledger by migration 0022.
+-- Three tables of sums, each row the sum of the charge rows' amounts (and of the finalized
+-- ones) and how many rows there are:
+--   charge_days             per cluster, UTC day, Subscription version, Offering version,
+--                           source and currency;
+--   charge_months           the same per UTC month;
+--   charge_namespace_days   per cluster, UTC day, namespace (of the version), source and
+--                           currency.
+-- Readers across every namespace (the dashboard's "All" over a month) and the charge run's
+-- month-to-date read-back sum these instead of millions of hourly rows. Statement triggers on
+-- subscription_charges maintain them in the writing statement's own transaction, from the rows
+-- that statement wrote, so they can never disagree with the rows: a statement that fails or
+-- rolls back takes its change of the sums with it. The triggers are attached to the
+-- partitioned ledger by migration 0022.
 CREATE TABLE charge_days (
     cluster                 text        NOT NULL,
     day                     timestamptz NOT NULL
@@ -21,10 +27,36 @@ CREATE TABLE charge_days (
     PRIMARY KEY (cluster, day, subscription_version_id, offering_version_id, source, currency)
 );
 
+CREATE TABLE charge_months (
+    cluster                 text        NOT NULL,
+    month                   timestamptz NOT NULL
+        CHECK (date_trunc('month', month, 'UTC') = month),
+    subscription_version_id bigint      NOT NULL,
+    offering_version_id     bigint      NOT NULL,
+    source                  text        NOT NULL,
+    currency                text        NOT NULL,
+    amount_micros           bigint      NOT NULL,
+    finalized_micros        bigint      NOT NULL,
+    charge_rows             bigint      NOT NULL,
+    PRIMARY KEY (cluster, month, subscription_version_id, offering_version_id, source, currency)
+);
+
+CREATE TABLE charge_namespace_days (
+    cluster          text        NOT NULL,
+    day              timestamptz NOT NULL CHECK (date_trunc('day', day, 'UTC') = day),
+    namespace        text        NOT NULL,
+    source           text        NOT NULL,
+    currency         text        NOT NULL,
+    amount_micros    bigint      NOT NULL,
+    finalized_micros bigint      NOT NULL,
+    charge_rows      bigint      NOT NULL,
+    PRIMARY KEY (cluster, day, namespace, source, currency)
+);
+
 -- One function for the three triggers: the statement's transition table `added` (sign +1)
--- and/or `removed` (sign -1) added to the sums, in key order so two writers lock shared sums
--- in the same order. A sum whose rows all went is deleted, so every row of charge_days stands
--- for at least one charge row.
+-- and/or `removed` (sign -1) summed once per day and version, then added to each table of
+-- sums in key order (two writers lock shared sums in the same order). A sum whose rows all
+-- went is deleted, so every row of sums stands for at least one charge row.
 CREATE FUNCTION finops_charge_days_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -34,21 +66,39 @@ DECLARE
         ELSE 'SELECT *, 1 AS sign FROM added UNION ALL SELECT *, -1 FROM removed' END;
 BEGIN
     EXECUTE format($q$
-        WITH d AS (
+        WITH d AS MATERIALIZED (
             SELECT cluster, date_trunc('day', hour, 'UTC') AS day, subscription_version_id,
                    offering_version_id, source, currency,
                    sum(sign * amount_micros) AS amount,
-                   sum(sign * amount_micros) FILTER (WHERE finalized) AS final,
+                   coalesce(sum(sign * amount_micros) FILTER (WHERE finalized), 0) AS final,
                    sum(sign) AS n
             FROM (%s) r
             GROUP BY 1, 2, 3, 4, 5, 6
+        ), days AS (
+            INSERT INTO charge_days AS t
+            SELECT * FROM d ORDER BY 1, 2, 3, 4, 5, 6
+            ON CONFLICT (cluster, day, subscription_version_id, offering_version_id, source,
+                         currency)
+            DO UPDATE SET amount_micros = t.amount_micros + EXCLUDED.amount_micros,
+                          finalized_micros = t.finalized_micros + EXCLUDED.finalized_micros,
+                          charge_rows = t.charge_rows + EXCLUDED.charge_rows
+        ), months AS (
+            INSERT INTO charge_months AS t
+            SELECT cluster, date_trunc('month', day, 'UTC'), subscription_version_id,
+                   offering_version_id, source, currency, sum(amount), sum(final), sum(n)
+            FROM d GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6
+            ON CONFLICT (cluster, month, subscription_version_id, offering_version_id,
+                         source, currency)
+            DO UPDATE SET amount_micros = t.amount_micros + EXCLUDED.amount_micros,
+                          finalized_micros = t.finalized_micros + EXCLUDED.finalized_micros,
+                          charge_rows = t.charge_rows + EXCLUDED.charge_rows
         )
-        INSERT INTO charge_days AS t
-        SELECT cluster, day, subscription_version_id, offering_version_id, source, currency,
-               amount, coalesce(final, 0), n
-        FROM d ORDER BY 1, 2, 3, 4, 5, 6
-        ON CONFLICT (cluster, day, subscription_version_id, offering_version_id, source,
-                     currency)
+        INSERT INTO charge_namespace_days AS t
+        SELECT d.cluster, d.day, v.namespace, d.source, d.currency, sum(d.amount),
+               sum(d.final), sum(d.n)
+        FROM d JOIN subscription_versions v ON v.id = d.subscription_version_id
+        GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
+        ON CONFLICT (cluster, day, namespace, source, currency)
         DO UPDATE SET amount_micros = t.amount_micros + EXCLUDED.amount_micros,
                       finalized_micros = t.finalized_micros + EXCLUDED.finalized_micros,
                       charge_rows = t.charge_rows + EXCLUDED.charge_rows
@@ -62,6 +112,20 @@ BEGIN
           AND t.subscription_version_id = r.subscription_version_id
           AND t.offering_version_id = r.offering_version_id AND t.source = r.source
           AND t.currency = r.currency;
+        DELETE FROM charge_months t
+        USING (SELECT DISTINCT cluster, date_trunc('month', hour, 'UTC') AS month,
+                      subscription_version_id, offering_version_id, source, currency
+               FROM removed) r
+        WHERE t.charge_rows = 0 AND t.cluster = r.cluster AND t.month = r.month
+          AND t.subscription_version_id = r.subscription_version_id
+          AND t.offering_version_id = r.offering_version_id AND t.source = r.source
+          AND t.currency = r.currency;
+        DELETE FROM charge_namespace_days t
+        USING (SELECT DISTINCT r.cluster, date_trunc('day', r.hour, 'UTC') AS day,
+                      v.namespace, r.source, r.currency
+               FROM removed r JOIN subscription_versions v ON v.id = r.subscription_version_id) r
+        WHERE t.charge_rows = 0 AND t.cluster = r.cluster AND t.day = r.day
+          AND t.namespace = r.namespace AND t.source = r.source AND t.currency = r.currency;
     END IF;
     RETURN NULL;
 END;
@@ -71,7 +135,7 @@ $$;
 CREATE FUNCTION finops_charge_days_truncated() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    TRUNCATE charge_days;
+    TRUNCATE charge_days, charge_months, charge_namespace_days;
     RETURN NULL;
 END;
 $$;
