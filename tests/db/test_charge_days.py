@@ -10,6 +10,7 @@ import psycopg
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from finops.store import charges as store_charges
 from finops.store import dashboard, mirror, partitions
 from tests.db import builders
 from tests.oracle import ledger_sums
@@ -17,6 +18,14 @@ from tests.oracle import ledger_sums
 BASE = dt.datetime(2026, 4, 29, 20, tzinfo=dt.UTC)
 """Hours of the generated rows run from here over UTC midnights and into the next month."""
 HOURS = 100
+APRIL, MAY = dt.datetime(2026, 4, 1, tzinfo=dt.UTC), dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
+MONTH_DAYS = [
+    (APRIL, APRIL + dt.timedelta(days=29)),
+    (APRIL, APRIL + dt.timedelta(days=28)),
+    (MAY, MAY),
+    (MAY, MAY + dt.timedelta(days=1)),
+    (MAY, MAY + dt.timedelta(days=3)),
+]
 CLUSTERS = ("default", "other")
 SOURCES = ("subscription", "cpuHour", "ramGbHour")
 NAMESPACES = ("team-a", "team-b")
@@ -145,6 +154,16 @@ def test_the_daily_sums_always_equal_the_rows_they_sum(
         for op in ops:
             _apply(conn, op, offerings, subs)
             assert ledger_sums.kept_day_sums(conn) == ledger_sums.day_sums(conn), op
+        uids = [f"uid-{n}" for n in range(3)]
+        for cluster in CLUSTERS:
+            for month, day in MONTH_DAYS:
+                exact = store_charges.sums(
+                    conn, cluster=cluster, subscription_uids=uids, start=month, end=day
+                )
+                nonzero = {u: {s: a for s, a in per.items() if a} for u, per in exact.items()}
+                assert store_charges.month_to_day_sums(
+                    conn, cluster=cluster, subscription_uids=uids, month=month, day=day
+                ) == {u: per for u, per in nonzero.items() if per}
 
 
 def test_a_statement_that_fails_leaves_the_daily_sums_as_they_were(
@@ -232,9 +251,7 @@ def test_the_dashboards_daily_reads_equal_the_sums_of_the_hourly_rows(
                 r.finalized_micros,
             )
             for r in got
-        ] == ledger_sums.breakdown(
-            conn, cluster="default", namespaces=namespaces, start=lo, end=hi
-        )
+        ] == ledger_sums.breakdown(conn, cluster="default", namespaces=namespaces, start=lo, end=hi)
 
 
 def test_whole_months_are_the_utc_months_inside_the_whole_days() -> None:

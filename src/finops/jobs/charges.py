@@ -139,7 +139,14 @@ def read_settled(
     """What the ledger holds for each Subscription's three buckets, fee rows included: on the
     `FromDB` path every `current` is this sum, never a recomputation."""
     spans = charges.ledger_windows(scheduled)
-    sums = store_charges.window_sums(conn, cluster=cluster, subscription_uids=uids, windows=spans)
+    (month, day), *rest = spans
+    so_far = store_charges.month_to_day_sums(
+        conn, cluster=cluster, subscription_uids=uids, month=month, day=day
+    )
+    sums = [
+        so_far,
+        *store_charges.window_sums(conn, cluster=cluster, subscription_uids=uids, windows=rest),
+    ]
     return {uid: charges.settled_charges(spans, [w.get(uid, {}) for w in sums]) for uid in uids}
 
 

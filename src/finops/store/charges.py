@@ -238,6 +238,48 @@ def window_sums(
     return result
 
 
+def month_to_day_sums(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    subscription_uids: Collection[str],
+    month: dt.datetime,
+    day: dt.datetime,
+) -> dict[str, dict[str, int]]:
+    """`sums` over `[month, day)`, where `month` starts a UTC month and `day` is a UTC day of
+    it: the month's sums (`charge_months`, kept by the ledger's triggers) less the rows from
+    `day` to the month's end. Why: the charge run reads this every hour, and from the rows
+    alone it costs every hour of the month so far; this way it costs the rows of one day."""
+    next_month = (month + dt.timedelta(days=32)).replace(day=1)
+    rows = conn.execute(
+        """
+        SELECT uid, source, sum(amount) FROM (
+            SELECT v.uid, m.source, m.amount_micros AS amount
+            FROM charge_months m JOIN subscription_versions v ON v.id = m.subscription_version_id
+            WHERE m.cluster = %(cluster)s AND m.month = %(month)s AND v.cluster = %(cluster)s
+              AND v.uid = ANY(%(uids)b)
+            UNION ALL
+            SELECT subscription_uid, source, -amount_micros FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
+              AND hour >= %(day)s AND hour < %(next)s
+        ) r
+        GROUP BY 1, 2
+        """.encode(),
+        {
+            "cluster": cluster,
+            "uids": list(subscription_uids),
+            "month": month,
+            "day": day,
+            "next": next_month,
+        },
+    ).fetchall()
+    result: dict[str, dict[str, int]] = {}
+    for uid, source, total in rows:
+        if total:
+            result.setdefault(str(uid), {})[str(source)] = int(total)
+    return result
+
+
 def sums_by_tenant(
     conn: psycopg.Connection[Any], *, cluster: str, start: dt.datetime, end: dt.datetime
 ) -> dict[str | None, dict[str, int]]:
