@@ -36,6 +36,8 @@ EXPECTED_TABLES = {
     "budget_evaluations",
     # daily sums and the charge ledger's default partition (0021, 0022)
     "charge_days",
+    "charge_months",
+    "charge_namespace_days",
     "subscription_charges_default",
 }
 
