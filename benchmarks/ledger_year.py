@@ -14,8 +14,9 @@ tests/oracle/ledger_sums.py: what the route cost before the daily sums), a few r
 The ledger: ~2,000 Subscriptions (four per namespace) × 6 sources × every hour of 2025, one
 month partition at a time: rows made here in the order charge runs lay them (hour by hour) and
 loaded with `COPY` into the month's table, its indexes built, attached to the ledger, and its
-daily sums added (the same sums the ledger's triggers keep; one day is checked against the
-rows). Growth: the same ledger measured after 3, 6 and 12 months are loaded (×1, ×2, ×4 rows),
+daily, monthly and per-namespace sums added (the same sums the ledger's triggers keep; one
+day's and one month's are checked against the rows). Growth: the same ledger measured after
+3, 6 and 12 months are loaded (×1, ×2, ×4 rows),
 always for the same month (February), so a request should cost the same at each size.
 
 The throw-away PostgreSQL lives under `.cache/` (git-ignored; ~30 GB at full size) and is
@@ -152,13 +153,46 @@ def load_month(conn: psycopg.Connection[Any], month: dt.datetime, blocks: list[s
         FROM {part} GROUP BY 1, 2, 3, 4, 5, 6
         """.encode()
     )
+    conn.execute(
+        """
+        INSERT INTO charge_months
+        SELECT cluster, date_trunc('month', day, 'UTC'), subscription_version_id,
+               offering_version_id, source, currency, sum(amount_micros),
+               sum(finalized_micros), sum(charge_rows)
+        FROM charge_days WHERE day >= %s AND day < %s GROUP BY 1, 2, 3, 4, 5, 6
+        """,
+        (month, end),
+    )
+    conn.execute(
+        """
+        INSERT INTO charge_namespace_days
+        SELECT d.cluster, d.day, v.namespace, d.source, d.currency, sum(d.amount_micros),
+               sum(d.finalized_micros), sum(d.charge_rows)
+        FROM charge_days d JOIN subscription_versions v ON v.id = d.subscription_version_id
+        WHERE d.day >= %s AND d.day < %s GROUP BY 1, 2, 3, 4, 5
+        """,
+        (month, end),
+    )
+    conn.execute("ANALYZE charge_days, charge_months, charge_namespace_days")
     conn.execute(f"VACUUM (ANALYZE) {part}".encode())
     row = conn.execute(f"SELECT count(*) FROM {part}".encode()).fetchone()
     return int(row[0]) if row else 0
 
 
 def sums_agree(conn: psycopg.Connection[Any], day: dt.datetime) -> bool:
-    """Do the daily sums of `day` equal the sums of that day's hourly rows?"""
+    """Do the daily sums of `day` and the monthly sums of its month equal the sums of the
+    hourly rows?"""
+    month = day.replace(day=1)
+    raw_month = conn.execute(
+        "SELECT subscription_version_id, source, sum(amount_micros), count(*)"
+        " FROM subscription_charges WHERE hour >= %s AND hour < %s GROUP BY 1, 2 ORDER BY 1, 2",
+        (month, partitions.add_months(month, 1)),
+    ).fetchall()
+    kept_month = conn.execute(
+        "SELECT subscription_version_id, source, amount_micros, charge_rows FROM charge_months"
+        " WHERE month = %s ORDER BY 1, 2",
+        (month,),
+    ).fetchall()
     raw = conn.execute(
         """
         SELECT subscription_version_id, source, sum(amount_micros), count(*)
@@ -171,7 +205,7 @@ def sums_agree(conn: psycopg.Connection[Any], day: dt.datetime) -> bool:
         " WHERE day = %s ORDER BY 1, 2",
         (day,),
     ).fetchall()
-    return bool(raw) and raw == kept
+    return bool(raw) and raw == kept and raw_month == kept_month
 
 
 @dataclasses.dataclass
@@ -314,8 +348,8 @@ def run(dsn: str, namespaces: int, requests: int, baseline: int, seed: int) -> I
                 built = time.perf_counter() - began
                 agree = sums_agree(conn, MONTH[0] + dt.timedelta(days=9))
                 yield (
-                    f"(loaded to {loaded} months in {built:.0f} s; daily sums of one day "
-                    f"equal its rows: {'yes' if agree else 'NO'})"
+                    f"(loaded to {loaded} months in {built:.0f} s; the sums of one day and of "
+                    f"its month equal their rows: {'yes' if agree else 'NO'})"
                 )
                 load = loadavg()
                 t, s, b, h, r = measure(conn, client, namespaces, requests, baseline, seed)
