@@ -41,7 +41,9 @@ def test_the_previous_month_closes_and_the_sandbox_says_where_its_statement_is(
     svc, printed = closed
     month = ticks.floor_month(dt.datetime.now(dt.UTC)) - dt.timedelta(days=1)
     label = f"{month:%Y-%m}"
-    assert "set to" in printed and "(previous month)" in printed
+    # The Subscriptions were back-dated into the previous month, and said so.
+    since = sandbox_periods.activation(dt.datetime.now(dt.UTC))
+    assert f"counted as active since {ticks.rfc3339(since)}" in printed
     found = re.search(rf"open in a browser: (\S+/statements/{label})\?format=html", printed)
     assert found, printed
     page = httpx.get(f"{found.group(1)}?format=html", timeout=10)

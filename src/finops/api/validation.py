@@ -118,7 +118,8 @@ def _json_type(value: Any) -> str:
 
 
 def _normalise(schema: Schema, value: Any, root: bool = False) -> Any:
-    """Drop nulls and unknown fields, then apply defaults, as the API server does on write."""
+    """Drop null fields and unknown fields, then apply defaults, as the API server does on
+    write (null list items stay, for the type check to refuse)."""
     if isinstance(value, dict) and schema.get("type") == "object":
         props: Schema = schema.get("properties", {})
         extra = schema.get("additionalProperties")
@@ -137,7 +138,8 @@ def _normalise(schema: Schema, value: Any, root: bool = False) -> Any:
                 out[key] = _normalise(child_schema, copy.deepcopy(child_schema["default"]))
         return out
     if isinstance(value, list) and "items" in schema:
-        return [_normalise(schema["items"], v) for v in value if v is not None]
+        # A null item is kept: the API server refuses it by type, it does not prune it.
+        return [None if v is None else _normalise(schema["items"], v) for v in value]
     return value
 
 
