@@ -101,6 +101,75 @@ def upsert(conn: psycopg.Connection[Any], charges: Iterable[Charge]) -> int:
     return cur.rowcount
 
 
+# The watermarks without reading every fee row since the bound (that grew with the ledger's
+# history, every hourly run). Per Subscription: its first open hour (the partial index of open
+# rows), its first and last fee hour (two primary-key probes); then, from the daily sums, the
+# first whole day after the first fee day whose fee rows fall short of its hours (rows are
+# unique per hour, so a full count means no hole). Only the first fee day and the days from a
+# short one on are read row by row for the exact hole (`lead` within each stretch read); the
+# watermark is then one backward primary-key probe. Exact as `tests/oracle/watermarks.py`.
+_WATERMARKS = """
+    WITH u AS (SELECT DISTINCT unnest(%(uids)s::text[]) AS uid),
+    open AS MATERIALIZED (
+        SELECT subscription_uid AS uid, min(hour) AS first_open FROM subscription_charges
+        WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)s) AND NOT finalized
+        GROUP BY 1
+    ), span AS MATERIALIZED (
+        SELECT u.uid, f.lo, l.hi, date_trunc('day', f.lo, 'UTC') AS lo_day
+        FROM u
+        CROSS JOIN LATERAL (
+            SELECT min(hour) AS lo FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = u.uid
+              AND source = 'subscription' {bound}) f
+        CROSS JOIN LATERAL (
+            SELECT max(hour) AS hi FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = u.uid
+              AND source = 'subscription' {bound}) l
+        WHERE f.lo IS NOT NULL
+    ), counted AS (
+        SELECT v.uid, d.day, sum(d.charge_rows) AS n
+        FROM charge_days d JOIN subscription_versions v ON v.id = d.subscription_version_id
+        JOIN span s ON s.uid = v.uid
+        WHERE d.cluster = %(cluster)s AND v.cluster = %(cluster)s AND d.source = 'subscription'
+          AND d.day > s.lo_day
+        GROUP BY 1, 2
+    ), short AS MATERIALIZED (
+        SELECT s.uid, min(g.day) AS day
+        FROM span s
+        CROSS JOIN LATERAL generate_series(s.lo_day + interval '1 day',
+                                           date_trunc('day', s.hi, 'UTC'), interval '1 day') g(day)
+        LEFT JOIN counted c ON c.uid = s.uid AND c.day = g.day
+        WHERE coalesce(c.n, 0) < extract(epoch FROM least(g.day + interval '1 day',
+                                                          s.hi + interval '1 hour') - g.day) / 3600
+        GROUP BY s.uid
+    ), stretch AS (
+        SELECT s.uid, 1 AS part, s.lo AS a, s.lo_day + interval '1 day' AS b FROM span s
+        UNION ALL
+        SELECT k.uid, 2, k.day - interval '1 hour', 'infinity'::timestamptz FROM short k
+    ), fee AS (
+        SELECT t.uid, c.hour,
+               lead(c.hour) OVER (PARTITION BY t.uid, t.part ORDER BY c.hour) AS next_hour
+        FROM stretch t JOIN subscription_charges c ON c.cluster = %(cluster)s
+             AND c.subscription_uid = t.uid AND c.source = 'subscription'
+             AND c.hour >= t.a AND c.hour <= t.b
+    ), hole AS MATERIALIZED (
+        SELECT uid, min(hour) AS before_hole FROM fee
+        WHERE next_hour > hour + interval '1 hour'
+        GROUP BY uid
+    )
+    SELECT u.uid, w.hour FROM u
+    LEFT JOIN open o ON o.uid = u.uid
+    LEFT JOIN hole h ON h.uid = u.uid
+    CROSS JOIN LATERAL (
+        SELECT max(c.hour) AS hour FROM subscription_charges c
+        WHERE c.cluster = %(cluster)s AND c.subscription_uid = u.uid AND c.finalized
+          AND c.hour < coalesce(o.first_open, 'infinity')
+          AND c.hour <= coalesce(h.before_hole, 'infinity')
+    ) w
+    WHERE w.hour IS NOT NULL
+"""
+
+
 def watermarks(
     conn: psycopg.Connection[Any],
     *,
@@ -118,37 +187,9 @@ def watermarks(
     before it does not count: closed hours are never written again (a missing one becomes a
     correction), so the run resumes in the open periods.
     """
-    # MATERIALIZED: each per-Subscription bound is computed once. Right after a first run the
-    # table's statistics still say it is empty, and the planner then nested-looped the inlined
-    # window aggregate once per charge row (20 s for 3,750 rows instead of milliseconds).
-    # The closed periods' bound only when there is one (an `IS NULL OR` in the query would
-    # hide the index range from the planner).
     bound = "AND hour >= %(since)s - interval '1 hour'" if since is not None else ""
     rows = conn.execute(
-        f"""
-        WITH open AS MATERIALIZED (
-            SELECT subscription_uid, min(hour) AS first_open FROM subscription_charges
-            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b) AND NOT finalized
-            GROUP BY subscription_uid
-        ), fee AS (
-            SELECT subscription_uid, hour,
-                   lead(hour) OVER (PARTITION BY subscription_uid ORDER BY hour) AS next_hour
-            FROM subscription_charges
-            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
-              AND source = 'subscription' {bound}
-        ), hole AS MATERIALIZED (
-            SELECT subscription_uid, min(hour) AS before_hole FROM fee
-            WHERE next_hour > hour + interval '1 hour'
-            GROUP BY subscription_uid
-        )
-        SELECT c.subscription_uid, max(c.hour) FROM subscription_charges c
-        LEFT JOIN open o USING (subscription_uid)
-        LEFT JOIN hole h USING (subscription_uid)
-        WHERE c.cluster = %(cluster)s AND c.subscription_uid = ANY(%(uids)b) AND c.finalized
-          AND c.hour < coalesce(o.first_open, 'infinity')
-          AND c.hour <= coalesce(h.before_hole, 'infinity')
-        GROUP BY c.subscription_uid
-        """.encode(),
+        _WATERMARKS.format(bound=bound).encode(),
         {"cluster": cluster, "uids": list(subscription_uids), "since": since},
     ).fetchall()
     return {str(uid): hour.astimezone(dt.UTC) for uid, hour in rows}
@@ -252,7 +293,7 @@ def month_to_day_sums(
     alone it costs every hour of the month so far; this way it costs the rows of one day."""
     next_month = (month + dt.timedelta(days=32)).replace(day=1)
     rows = conn.execute(
-        """
+        b"""
         SELECT uid, source, sum(amount) FROM (
             SELECT v.uid, m.source, m.amount_micros AS amount
             FROM charge_months m JOIN subscription_versions v ON v.id = m.subscription_version_id
@@ -264,7 +305,7 @@ def month_to_day_sums(
               AND hour >= %(day)s AND hour < %(next)s
         ) r
         GROUP BY 1, 2
-        """.encode(),
+        """,
         {
             "cluster": cluster,
             "uids": list(subscription_uids),
