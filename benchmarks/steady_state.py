@@ -184,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 " Subscription)"
             )
             middle = phases[seconds.index(median)]
-            print(*cs.phase_lines("median run", median, middle), sep="\n", flush=True)
+            print(*cs.phase_lines("median run", median, middle), sep="\n")
+            print(*cs.phase_lines("first hourly run", seconds[0], phases[0]), sep="\n", flush=True)
     print("-- summary")
     base = medians[weeks[0]]
     for n in weeks:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from finops.store import charges as store_charges
-from finops.store import dashboard, mirror, partitions
+from finops.store import dashboard, mirror, partitions, spans
 from tests.db import builders
 from tests.oracle import ledger_sums
 
@@ -256,9 +256,9 @@ def test_the_dashboards_daily_reads_equal_the_sums_of_the_hourly_rows(
 
 def test_whole_months_are_the_utc_months_inside_the_whole_days() -> None:
     may, june, july = (dt.datetime(2026, m, 1, tzinfo=dt.UTC) for m in (5, 6, 7))
-    assert dashboard.whole_months(may, july) == (may, july)
-    assert dashboard.whole_months(may + dt.timedelta(days=1), july) == (june, july)
-    assert dashboard.whole_months(may + dt.timedelta(days=1), june + dt.timedelta(days=3)) == (
+    assert spans.whole_months(may, july) == (may, july)
+    assert spans.whole_months(may + dt.timedelta(days=1), july) == (june, july)
+    assert spans.whole_months(may + dt.timedelta(days=1), june + dt.timedelta(days=3)) == (
         june + dt.timedelta(days=3),
         june + dt.timedelta(days=3),
     )
@@ -266,13 +266,13 @@ def test_whole_months_are_the_utc_months_inside_the_whole_days() -> None:
 
 def test_whole_days_are_the_utc_days_inside_the_window() -> None:
     day = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
-    assert dashboard.whole_days(day, day + dt.timedelta(days=3)) == (
+    assert spans.whole_days(day, day + dt.timedelta(days=3)) == (
         day,
         day + dt.timedelta(days=3),
     )
     lo, hi = day + dt.timedelta(hours=5), day + dt.timedelta(days=2, hours=1)
-    assert dashboard.whole_days(lo, hi) == (day + dt.timedelta(days=1), day + dt.timedelta(days=2))
-    assert dashboard.whole_days(lo, lo + dt.timedelta(hours=3)) == (
+    assert spans.whole_days(lo, hi) == (day + dt.timedelta(days=1), day + dt.timedelta(days=2))
+    assert spans.whole_days(lo, lo + dt.timedelta(hours=3)) == (
         lo + dt.timedelta(hours=3),
         lo + dt.timedelta(hours=3),
     )

@@ -17,6 +17,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from finops.store import spans
+
 
 class Step(enum.StrEnum):
     """How wide one bucket of a series is (UTC)."""
@@ -71,52 +73,6 @@ def charged_namespaces(conn: psycopg.Connection[Any], *, cluster: str) -> list[s
     return [str(ns) for (ns,) in rows]
 
 
-def whole_days(start: dt.datetime, end: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
-    """The whole UTC days inside `[start, end)` as `[lo, hi)`; `(end, end)` when there are
-    none. The daily sums answer for those days, the hourly rows for the hours around them."""
-    lo = start.astimezone(dt.UTC)
-    day_lo = lo.replace(hour=0, minute=0, second=0, microsecond=0)
-    if day_lo < lo:
-        day_lo += dt.timedelta(days=1)
-    day_hi = end.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    if day_lo >= day_hi:
-        return end, end
-    return day_lo, day_hi
-
-
-def whole_months(day_lo: dt.datetime, day_hi: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
-    """The whole UTC months inside the whole days `[day_lo, day_hi)` as `[lo, hi)`;
-    `(day_hi, day_hi)` when there are none. The monthly sums answer for those months."""
-    lo = day_lo.replace(day=1)
-    if lo < day_lo:
-        lo = (lo + dt.timedelta(days=32)).replace(day=1)
-    hi = day_hi.replace(day=1)
-    if lo >= hi:
-        return day_hi, day_hi
-    return lo, hi
-
-
-def _window_params(
-    cluster: str, namespaces: Collection[str], start: dt.datetime, end: dt.datetime
-) -> dict[str, object]:
-    day_lo, day_hi = whole_days(start, end)
-    month_lo, month_hi = whole_months(day_lo, day_hi)
-    return {
-        "cluster": cluster,
-        "namespaces": list(namespaces),
-        "start": start,
-        "end": end,
-        "day_lo": day_lo,
-        "day_hi": day_hi,
-        "month_lo": month_lo,
-        "month_hi": month_hi,
-    }
-
-
-# Charges of the namespaces' Subscription versions: the daily sums (charge_days, kept by the
-# ledger's triggers) for the whole UTC days of the window, the hourly rows for the hours
-# before and after them. A month across every namespace is then tens of thousands of daily
-# sums instead of millions of rows.
 _NAMESPACES = """
     WITH v AS MATERIALIZED (
         SELECT id, namespace, name FROM subscription_versions
@@ -232,7 +188,9 @@ def cost_series(
         query = sql.SQL(daily)
     else:
         query = sql.SQL(_HOURLY_SERIES).format(key=_SERIES_KEYS[group_by])
-    rows = conn.execute(query, _window_params(cluster, namespaces, start, end)).fetchall()
+    rows = conn.execute(
+        query, spans.params(cluster, start, end, namespaces=list(namespaces))
+    ).fetchall()
     return [
         SeriesPoint(
             bucket=bucket.astimezone(dt.UTC),
@@ -256,7 +214,9 @@ def cost_breakdown(
     _check_window(start, end)
     if not namespaces:
         return []
-    rows = conn.execute(_BREAKDOWN, _window_params(cluster, namespaces, start, end)).fetchall()
+    rows = conn.execute(
+        _BREAKDOWN, spans.params(cluster, start, end, namespaces=list(namespaces))
+    ).fetchall()
     return [
         BreakdownRow(
             namespace=str(ns),
