@@ -24,7 +24,7 @@ _subscription = st.fixed_dictionaries(
     {
         "first": st.integers(0, 40),
         "length": st.integers(0, SPAN - 41),
-        "missing": st.sets(st.integers(0, SPAN), max_size=4),
+        "missing": st.sets(st.integers(0, SPAN), max_size=6),
         "open_from": st.one_of(st.none(), st.integers(0, SPAN)),
         "usage_open": st.sets(st.integers(0, SPAN), max_size=2),
         "relabel": st.one_of(st.none(), st.integers(0, SPAN)),
@@ -67,7 +67,7 @@ def _rows(
 
 @seed(20261207)
 @settings(
-    max_examples=80,
+    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -103,11 +103,12 @@ def upsert(conn: psycopg.Connection[Any], charges: Iterable[Charge]) -> int:
 
 # The watermarks without reading every fee row since the bound (that grew with the ledger's
 # history, every hourly run). Per Subscription: its first open hour (the partial index of open
-# rows), its first and last fee hour (two primary-key probes); then, from the daily sums, the
-# first whole day after the first fee day whose fee rows fall short of its hours (rows are
-# unique per hour, so a full count means no hole). Only the first fee day and the days from a
-# short one on are read row by row for the exact hole (`lead` within each stretch read); the
-# watermark is then one backward primary-key probe. Exact as `tests/oracle/watermarks.py`.
+# rows), its first and last fee hour since the bound (two primary-key probes); then, from the
+# monthly sums, the first month whose fee rows in that span fall short of its hours (rows are
+# unique per hour, so a full count means no hole; the first month's rows before the span are
+# counted by one more probe and taken off). Only from a short month on are the fee rows read,
+# for the exact hole; the watermark is then one backward primary-key probe. Exact as
+# `tests/oracle/watermarks.py`, the statement it replaces.
 _WATERMARKS = """
     WITH u AS (SELECT DISTINCT unnest(%(uids)s::text[]) AS uid),
     open AS MATERIALIZED (
@@ -115,7 +116,7 @@ _WATERMARKS = """
         WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)s) AND NOT finalized
         GROUP BY 1
     ), span AS MATERIALIZED (
-        SELECT u.uid, f.lo, l.hi, date_trunc('day', f.lo, 'UTC') AS lo_day
+        SELECT u.uid, f.lo, l.hi, date_trunc('month', f.lo, 'UTC') AS lo_month, b.before
         FROM u
         CROSS JOIN LATERAL (
             SELECT min(hour) AS lo FROM subscription_charges
@@ -125,33 +126,36 @@ _WATERMARKS = """
             SELECT max(hour) AS hi FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = u.uid
               AND source = 'subscription' {bound}) l
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS before FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
+              AND hour >= date_trunc('month', f.lo, 'UTC') AND hour < f.lo) b
         WHERE f.lo IS NOT NULL
     ), counted AS (
-        SELECT v.uid, d.day, sum(d.charge_rows) AS n
-        FROM charge_days d JOIN subscription_versions v ON v.id = d.subscription_version_id
+        SELECT v.uid, m.month, sum(m.charge_rows) AS n
+        FROM charge_months m
+        JOIN subscription_versions v ON v.id = m.subscription_version_id
         JOIN span s ON s.uid = v.uid
-        WHERE d.cluster = %(cluster)s AND v.cluster = %(cluster)s AND d.source = 'subscription'
-          AND d.day > s.lo_day
+        WHERE m.cluster = %(cluster)s AND v.cluster = %(cluster)s AND m.source = 'subscription'
+          AND m.month >= (SELECT min(lo_month) FROM span)
+          AND m.month >= s.lo_month AND m.month <= s.hi
         GROUP BY 1, 2
     ), short AS MATERIALIZED (
-        SELECT s.uid, min(g.day) AS day
+        SELECT s.uid, min(g.month) AS month
         FROM span s
-        CROSS JOIN LATERAL generate_series(s.lo_day + interval '1 day',
-                                           date_trunc('day', s.hi, 'UTC'), interval '1 day') g(day)
-        LEFT JOIN counted c ON c.uid = s.uid AND c.day = g.day
-        WHERE coalesce(c.n, 0) < extract(epoch FROM least(g.day + interval '1 day',
-                                                          s.hi + interval '1 hour') - g.day) / 3600
+        CROSS JOIN LATERAL generate_series(s.lo_month, s.hi, interval '1 month') g(month)
+        LEFT JOIN counted c ON c.uid = s.uid AND c.month = g.month
+        WHERE coalesce(c.n, 0) - CASE WHEN g.month = s.lo_month THEN s.before ELSE 0 END
+              < extract(epoch FROM least(g.month + interval '1 month', s.hi + interval '1 hour')
+                                   - greatest(g.month, s.lo)) / 3600
         GROUP BY s.uid
-    ), stretch AS (
-        SELECT s.uid, 1 AS part, s.lo AS a, s.lo_day + interval '1 day' AS b FROM span s
-        UNION ALL
-        SELECT k.uid, 2, k.day - interval '1 hour', 'infinity'::timestamptz FROM short k
     ), fee AS (
-        SELECT t.uid, c.hour,
-               lead(c.hour) OVER (PARTITION BY t.uid, t.part ORDER BY c.hour) AS next_hour
-        FROM stretch t JOIN subscription_charges c ON c.cluster = %(cluster)s
-             AND c.subscription_uid = t.uid AND c.source = 'subscription'
-             AND c.hour >= t.a AND c.hour <= t.b
+        SELECT k.uid, c.hour,
+               lead(c.hour) OVER (PARTITION BY k.uid ORDER BY c.hour) AS next_hour
+        FROM short k JOIN span s ON s.uid = k.uid
+        JOIN subscription_charges c ON c.cluster = %(cluster)s
+             AND c.subscription_uid = k.uid AND c.source = 'subscription'
+             AND c.hour >= greatest(s.lo, k.month - interval '1 hour')
     ), hole AS MATERIALIZED (
         SELECT uid, min(hour) AS before_hole FROM fee
         WHERE next_hour > hour + interval '1 hour'
