@@ -37,7 +37,7 @@ from benchmarks import charges_scale as cs
 from finops.collection import charge_plan, charges
 from finops.devenv import postgres
 from finops.jobs import charges as job
-from finops.store import allocations, migrate
+from finops.store import allocations, migrate, partitions
 
 FIRST_TIMED = dt.datetime(2026, 4, 29, 0, tzinfo=dt.UTC)
 RUNS = 3
@@ -165,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             start = FIRST_TIMED - dt.timedelta(weeks=n)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 migrate.apply(conn)
+                # The month partitions the hourly runs would have made as they went.
+                partitions.ensure(conn, start=start, end=FIRST_TIMED + dt.timedelta(hours=RUNS))
                 allocated = allocation_rows(conn, args.subscriptions, start)
                 subs = billed(args.subscriptions, start)
                 charged = history(conn, subs)
