@@ -111,8 +111,12 @@ def generate(conn: psycopg.Connection[Any], subscriptions: int, rows: int) -> in
     return int(row[0])
 
 
-def billed(subscriptions: int) -> list[charge_plan.Billed]:
-    activated = charges.parse_time("2026-04-01T00:20:00Z")
+def billed(
+    subscriptions: int, activated_at: str = "2026-04-01T00:20:00Z"
+) -> list[charge_plan.Billed]:
+    """Subscriptions `sub-N` of the Offering, each with its own namespace `ns-N` as the one
+    usage source, activated at `activated_at`."""
+    activated = charges.parse_time(activated_at)
     out = []
     for i in range(subscriptions):
         obj = {

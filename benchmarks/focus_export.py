@@ -31,10 +31,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
-import httpx
 import psycopg
+from benchmarks import gateway as gw
 from benchmarks import ledger_year as ly
 
 from finops.billing import focus
@@ -114,37 +114,9 @@ def cli(dsn: str, start: dt.datetime, end: dt.datetime) -> Export:
     return Export(seconds, lines - 1, digest.hexdigest(), peak)
 
 
-@contextlib.contextmanager
-def gateway(dsn: str) -> Iterator[tuple[httpx.Client, int]]:
-    """A `finops-gateway` process, auth off; a client to it and its pid."""
-    port = postgres.free_port()
-    env = dict(os.environ, PG_CONNECTION_STRING=dsn, PORT=str(port), CLUSTER_ID=ly.CLUSTER)
-    env["ENABLE_AUTH"] = "false"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "finops.gateway.app"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
-            deadline = time.monotonic() + 60
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if client.get("/healthz").status_code == 200:
-                        break
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the gateway did not become healthy")
-                time.sleep(0.2)
-            yield client, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 def route(dsn: str, start: dt.datetime, end: dt.datetime) -> Export:
     """`GET /api/v1/focus?format=csv` read to the end from a fresh gateway process."""
-    with gateway(dsn) as (client, pid):
+    with gw.gateway_process(dsn, ly.CLUSTER, timeout=600) as (client, pid):
         watch = _Watch(pid)
         watch.start()
         digest, lines = hashlib.sha256(), 0

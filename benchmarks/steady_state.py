@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 from benchmarks import charges_scale as cs
 
-from finops.collection import charge_plan, charges
+from finops.collection import charge_plan
 from finops.devenv import postgres
 from finops.jobs import charges as job
 from finops.store import allocations, migrate, partitions
@@ -85,29 +85,10 @@ def allocation_rows(conn: psycopg.Connection[Any], subscriptions: int, start: dt
     return int(row[0]) if row else 0
 
 
-def billed(subscriptions: int, activated: dt.datetime) -> list[charge_plan.Billed]:
-    """`charges_scale.billed`, activated `activated` + 20 minutes."""
-    out = []
-    stamp = (activated + dt.timedelta(minutes=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    for b in cs.billed(subscriptions):
-        obj = {
-            "metadata": {
-                "uid": b.sub.uid,
-                "namespace": "bench",
-                "name": b.sub.uid,
-                "generation": 1,
-                "resourceVersion": "1",
-            },
-            "spec": {
-                "offeringRef": {"name": "base", "namespace": "bench"},
-                "usageSources": [{"namespace": f"ns-{b.sub.uid.removeprefix('sub-')}"}],
-            },
-            "status": {"activatedAt": stamp},
-        }
-        state = charges.SubscriptionState.from_object(obj)
-        terms = charges.terms_for(state, cs.OFFERING["spec"])
-        out.append(charge_plan.Billed(state, terms, b.offering, b.namespace_labels))
-    return out
+def billed(subscriptions: int, start: dt.datetime) -> list[charge_plan.Billed]:
+    """`charges_scale.billed`, activated 20 minutes after `start`."""
+    stamp = (start + dt.timedelta(minutes=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return cs.billed(subscriptions, stamp)
 
 
 def history(conn: psycopg.Connection[Any], subs: Sequence[charge_plan.Billed]) -> int:
