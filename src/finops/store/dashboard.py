@@ -91,8 +91,8 @@ _SOURCE_SERIES = f"""
     SELECT bucket, source, currency, sum(amount) FROM (
         SELECT c.day AS bucket, c.source, c.currency, c.amount_micros AS amount
         FROM charge_namespace_days c
-        WHERE c.cluster = %(cluster)s AND c.namespace = ANY(%(namespaces)s)
-          AND c.day >= %(day_lo)s AND c.day < %(day_hi)s
+        JOIN (SELECT DISTINCT unnest(%(namespaces)s::text[]) AS namespace) n USING (namespace)
+        WHERE c.cluster = %(cluster)s AND c.day >= %(day_lo)s AND c.day < %(day_hi)s
         UNION ALL
         SELECT date_trunc('day', c.hour, 'UTC'), c.source, c.currency, c.amount_micros
         {_EDGE_HOURS}
