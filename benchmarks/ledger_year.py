@@ -46,7 +46,7 @@ from benchmarks import gateway as gw
 from tests.oracle import ledger_sums
 
 from finops.devenv import postgres
-from finops.store import migrate, partitions, reads
+from finops.store import migrate, partitions, reads, spans
 
 CLUSTER = gw.CLUSTER
 YEAR = 2025
@@ -359,8 +359,8 @@ def run(dsn: str, namespaces: int, requests: int, baseline: int, seed: int) -> I
             yield ""
             yield "EXPLAIN (ANALYZE, BUFFERS) of a tenant's month at full size:"
             plan = conn.execute(
-                b"EXPLAIN (ANALYZE, BUFFERS) " + reads.NAMESPACE_COSTS.encode(),
-                (CLUSTER, CLUSTER, "team-0001", *MONTH),
+                b"EXPLAIN (ANALYZE, BUFFERS) " + reads.NAMESPACE_SUMS.encode(),
+                spans.params(CLUSTER, *MONTH, namespace="team-0001"),
             ).fetchall()
             yield from (f"  {r[0]}" for r in plan)
 

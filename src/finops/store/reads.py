@@ -59,10 +59,7 @@ end). A namespace has few versions; each one's hours in the window are one range
 not the ledger's size. Public so the gateway benchmark and tests EXPLAIN the exact statement;
 `namespace_costs` reads the hours around the window's whole days this way."""
 
-# The namespace's versions' monthly sums for the window's whole months, their daily sums for
-# the whole days around those, their hourly rows for the hours around those (`spans`): a
-# tenant's month is a few dozen sums instead of tens of thousands of rows.
-_NAMESPACE_SUMS = """
+NAMESPACE_SUMS = """
     WITH v AS MATERIALIZED (
         SELECT id, uid, name FROM subscription_versions
         WHERE cluster = %(cluster)s AND namespace = %(namespace)s
@@ -89,6 +86,10 @@ _NAMESPACE_SUMS = """
     GROUP BY 1, 2, 3, 4
     ORDER BY 1, 2, 3, 4
 """
+"""What `namespace_costs` runs (named parameters from `spans.params`): the namespace's
+versions' monthly sums for the window's whole months, their daily sums for the whole days
+around those, their hourly rows for the hours around those, so a tenant's month is a few
+dozen sums instead of tens of thousands of rows. Public so benchmarks EXPLAIN it."""
 
 
 def _check_window(start: dt.datetime, end: dt.datetime) -> None:
@@ -146,7 +147,7 @@ def namespace_costs(
     """Per Subscription of `namespace`, source and currency: micros over [start, end)."""
     _check_window(start, end)
     rows = conn.execute(
-        _NAMESPACE_SUMS.encode(), spans.params(cluster, start, end, namespace=namespace)
+        NAMESPACE_SUMS.encode(), spans.params(cluster, start, end, namespace=namespace)
     ).fetchall()
     return [
         CostRow(
