@@ -6,13 +6,20 @@ Every watched Offering, Subscription and Namespace is kept exactly as the API se
 
 from __future__ import annotations
 
+from typing import Any
+
 from finops import operator
 from finops.controller import watched
 
 
+def _whole(obj: dict[str, Any]) -> dict[str, Any]:
+    """The whole object: what a store keeps without a projection."""
+    return obj
+
+
 def main() -> None:
-    watched.hierarchy_object = watched.unchanged
-    watched.namespace = watched.unchanged
+    watched.hierarchy_object = _whole
+    watched.namespace = _whole
     raise SystemExit(operator.main())
 
 

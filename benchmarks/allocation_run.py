@@ -37,12 +37,13 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from psycopg.types.json import Jsonb
 
-from finops.devenv import controlplane, postgres
 from finops.jobs import allocations as job
+from finops.jobs import settings as job_settings
 from finops.kube import costjobs
 from finops.opencost import client as opencost_client
 from finops.opencost import config as opencost_config
 from finops.store import migrate
+from finops_devenv import controlplane, postgres
 
 CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 SCHEDULED = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
@@ -100,7 +101,8 @@ def _child(kubeconfig: str) -> int:
         try:
             costjob = await costjobs.get_costjob(client, "bench", "collect")
             started = time.perf_counter()
-            result = await job.collect(client, env, SCHEDULED, costjob)
+            settings = job_settings.JobSettings.from_env(env)
+            result = await job.collect(client, settings, SCHEDULED, costjob)
             return time.perf_counter() - started, result
         finally:
             await client.close()
@@ -150,7 +152,7 @@ def _raw_copy(dsn: str) -> tuple[int, float]:
 def _replay_process(namespaces: int, pods: int) -> Iterator[str]:
     """The replay server in its own process, answering from bytes built once."""
     port = controlplane.free_port()
-    command = [sys.executable, "-m", "finops.devenv.opencost_replay", "--port", str(port)]
+    command = [sys.executable, "-m", "finops_devenv.opencost_replay", "--port", str(port)]
     command += ["--namespaces", str(namespaces), "--pods", str(pods), "--containers", "1"]
     command += ["--seed", "1", "--prebuilt"]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)

@@ -1,8 +1,9 @@
-"""Throughput of the pure billing core: usage charges, hourly fees and cost buckets.
+"""Throughput of the exact usage oracle, the hourly fees and the cost buckets.
 
-Why: the collection job prices every selected allocation row with exact rationals and walks
-every Subscription hour by hour; this says what that costs, so a slowdown in `finops.billing`
-shows before it shows in a job. Absolute rates measure the machine, so each is printed beside
+Why: the charge run sums usage in SQL, but the property tests price every generated row with
+the exact Python oracle (`tests/oracle/usage.py`), and the fee schedules and buckets run in
+every charge run; this says what they cost, so a slowdown shows before it shows in a test run
+or a job. Absolute rates measure the machine, so each is printed beside
 a baseline timed in the same run: bare `Decimal` arithmetic over the same rows (quantity ×
 rate for the five meters, summed per namespace: no active interval, no usage-source match, no
 margin, no rounding) and a bare loop over the same Subscription-hours (one datetime addition
@@ -20,13 +21,15 @@ import time
 from collections.abc import Callable
 from decimal import Decimal
 
+from tests.oracle import usage as oracle_usage
+
 from finops.billing import allocation, buckets, fees, sources, usage
 
 START = dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
 
 
-def priced_rows(count: int) -> list[usage.PricedRow]:
+def priced_rows(count: int) -> list[oracle_usage.PricedRow]:
     """`count` rows over one day, in 50 namespaces, with OpenCost-like five-decimal numbers."""
     rates = usage.Rates.from_pricebook_spec(
         {"rates": {"cpuHour": "0.031", "ramGbHour": "0.004", "pvGbHour": "0.00012",
@@ -36,7 +39,7 @@ def priced_rows(count: int) -> list[usage.PricedRow]:
     for i in range(count):
         hour = START + HOUR * (i % 24)
         rows.append(
-            usage.PricedRow(
+            oracle_usage.PricedRow(
                 allocation.AllocationRow(
                     cluster="c",
                     name=f"ns-{i % 50}/pod-{i}",
@@ -75,7 +78,7 @@ RATES = {
 GIB = Decimal(1024**3)
 
 
-def bare_sums(rows: list[usage.PricedRow]) -> dict[str, Decimal]:
+def bare_sums(rows: list[oracle_usage.PricedRow]) -> dict[str, Decimal]:
     """The baseline: quantity × rate per meter, summed per namespace, nothing else."""
     totals: dict[str, Decimal] = {}
     for priced in rows:
@@ -105,9 +108,9 @@ def run(rows_count: int, subscriptions: int, repeat: int) -> tuple[float, float,
     """µs per row (product, baseline) and µs per Subscription-hour (product, baseline)."""
     rows = priced_rows(rows_count)
     pricing = usage.UsagePricing(tuple(usage.MeterPrice(m) for m in usage.USAGE_METERS))
-    everyone = [sources.UsageSource(namespace=f"ns-{n}") for n in range(50)]
+    everyone = [sources.SourceFilter(namespace=f"ns-{n}") for n in range(50)]
     interval = usage.ActiveInterval(START + dt.timedelta(minutes=5))
-    priced = best_of(repeat, lambda: usage.usage_charges(pricing, everyone, rows, interval))
+    priced = best_of(repeat, lambda: oracle_usage.usage_charges(pricing, everyone, rows, interval))
     bare = best_of(repeat, lambda: bare_sums(rows))
     print(f"  usage charges: {rows_count:,} rows x 5 meters in {priced:.3f} s "
           f"({rows_count / priced:,.0f} rows/s); bare Decimal sums {bare:.3f} s; "

@@ -39,10 +39,10 @@ from typing import Any
 import psycopg
 
 from finops.collection import charge_plan, charges
-from finops.devenv import postgres
 from finops.jobs import charges as job
 from finops.jobs import periods as periods_job
 from finops.store import allocations, migrate
+from finops_devenv import postgres
 
 CLUSTER = "bench"
 SCHEDULED = dt.datetime(2026, 4, 2, 0, tzinfo=dt.UTC)

@@ -38,7 +38,7 @@ import httpx
 from benchmarks import convergence
 
 from finops.controller import watched
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 GROUP = "/apis/finops.stakater.com/v1alpha1"

@@ -45,8 +45,8 @@ import httpx2
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
-from finops.devenv import controlplane
 from finops.kube import events
+from finops_devenv import controlplane
 
 CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 GROUP = "/apis/finops.stakater.com/v1alpha1"

@@ -38,9 +38,9 @@ from benchmarks import gateway as gw
 from benchmarks import ledger_year as ly
 
 from finops.billing import focus
-from finops.devenv import postgres
 from finops.store import focus as focus_store
 from finops.store import migrate
+from finops_devenv import postgres
 
 MONTH = dt.datetime(2025, 4, 1, tzinfo=dt.UTC)
 HOURS = 720

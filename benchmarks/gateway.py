@@ -42,8 +42,8 @@ from typing import Any
 import httpx
 import psycopg
 
-from finops.devenv import postgres
 from finops.store import migrate, reads
+from finops_devenv import postgres
 
 CLUSTER = "bench"
 FIRST = dt.datetime(2025, 4, 1, tzinfo=dt.UTC)

@@ -5,7 +5,7 @@ table, the upsert and the key index cost on top of the cheapest possible load. B
 build the same Python values and commit; each figure is the best of `--repeat` runs into an
 emptied table. A replay (every row conflicting, nothing changing) is timed as well.
 
-This is the exact reference path (`store.allocations.ingest`: parsed rows, staging, one
+This is the exact reference path (`tests/oracle/ledger.py`'s `ingest`: parsed rows, staging, one
 merge), which the tests hold the allocation job's fast path to; the job itself is timed by
 `benchmarks.allocation_run`. Growth: `--scales` multiplies `--rows`, each size in a database
 of its own, and the cost per row is printed at each.
@@ -28,10 +28,11 @@ from decimal import Decimal
 
 import psycopg
 from psycopg.types.json import Jsonb
+from tests.oracle import ledger as oracle_ledger
 
 from finops.billing import allocation
-from finops.devenv import postgres
 from finops.store import allocations, migrate
+from finops_devenv import postgres
 
 START = dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
 FIELDS = [f.name for f in dataclasses.fields(allocation.AllocationRow)]
@@ -111,7 +112,7 @@ def run(dsn: str, count: int, repeat: int) -> dict[str, float]:
         conn.commit()
 
         def ingest() -> None:
-            allocations.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
+            oracle_ledger.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
             conn.commit()
 
         def raw_copy() -> None:

@@ -45,8 +45,8 @@ import psycopg
 from benchmarks import gateway as gw
 from tests.oracle import ledger_sums
 
-from finops.devenv import postgres
 from finops.store import migrate, partitions, reads, spans
+from finops_devenv import postgres
 
 CLUSTER = gw.CLUSTER
 YEAR = 2025

@@ -35,9 +35,9 @@ import psycopg
 from benchmarks import charges_scale as cs
 
 from finops.collection import charge_plan
-from finops.devenv import postgres
 from finops.jobs import charges as job
 from finops.store import allocations, migrate, partitions
+from finops_devenv import postgres
 
 FIRST_TIMED = dt.datetime(2026, 4, 29, 0, tzinfo=dt.UTC)
 RUNS = 3

@@ -16,7 +16,8 @@
 #   buildah (chroot isolation, host network for pip).
 # - postgres: Debian's postgresql-15 on the base; prometheus: built from the Go module proxy
 #   (Debian's lacks Kubernetes service discovery), on the base (images/*/Containerfile).
-# - opencost: the product image running the OpenCost replay server on the real captures.
+# - opencost: the product image with the development tools' OpenCost replay server
+#   (tools/devenv/finops_devenv) on top, replaying the real captures.
 # - pause: a static Go binary (images/pause/main.go) in an otherwise empty image.
 #
 # Each image is cached by a content hash of its inputs under
@@ -320,11 +321,17 @@ build_prometheus() {
 opencost() {
   operator
   local h
-  h=$(hash_of opencost "$OPERATOR_HASH" path:images/opencost path:tests/data/opencost-real)
+  h=$(hash_of opencost "$OPERATOR_HASH" path:images/opencost path:tests/data/opencost-real \
+    path:tools/devenv/finops_devenv)
   cached opencost "$h" && return 0
   ensure_in_storage "${REF[finops-operator]}" "${ARCHIVE[finops-operator]}"
   log "opencost: replay server on ${REF[finops-operator]}"
-  timed opencost bud opencost images/opencost/Containerfile tests/data \
+  local context
+  tmpdir context opencost
+  cp -r tests/data/opencost-real "$context/opencost-real"
+  cp -r tools/devenv/finops_devenv "$context/finops_devenv"
+  find "$context/finops_devenv" -name __pycache__ -prune -exec rm -rf {} +
+  timed opencost bud opencost images/opencost/Containerfile "$context" \
     "OPERATOR_IMAGE=${REF[finops-operator]}"
 }
 

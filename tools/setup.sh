@@ -63,6 +63,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# The development tools (sandbox, control plane, OpenCost replay): a distribution of their own,
+# never part of the product's wheel or image.
+.venv/bin/python -m pip install -q -e tools/devenv
 
 # The FinOps Foundation's FOCUS validator, which tests/db/test_focus_validator.py runs on an
 # export. It needs Python >= 3.12 (the project runs on 3.11), so it gets a virtualenv of its

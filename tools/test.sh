@@ -8,8 +8,8 @@ V=.venv/bin
 status=0
 run() { echo "+ $*" >&2; "$@" || status=1; }
 
-run "$V/ruff" check src tests benchmarks
-run "$V/ruff" format --check src tests benchmarks
+run "$V/ruff" check src tests benchmarks tools
+run "$V/ruff" format --check src tests benchmarks tools
 run "$V/mypy"
 run "$V/lint-imports"
 echo "+ pytest $*" >&2

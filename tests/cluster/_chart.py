@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from finops.devenv import realnode, release
+from finops_devenv import realnode, release
 
 NAMESPACE = release.NAMESPACE
 RELEASE = release.RELEASE

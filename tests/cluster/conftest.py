@@ -1,6 +1,6 @@
 """The `cluster` tier: the chart installed on a real single-node cluster on this machine.
 
-One cluster per session (`finops.devenv.realnode`); the images come from `tools/images.sh`.
+One cluster per session (`finops_devenv.realnode`); the images come from `tools/images.sh`.
 Root is required: without it the tier is skipped locally and fails under CI, where it must run.
 Tests that start a cluster of their own (the real-node sandbox) run first, before the shared
 one exists: there is one node per machine. When the session's cluster stops, the host must
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from finops.devenv import realnode
+from finops_devenv import realnode
 
 REQUIRED_IMAGES = ("pause", "finops-operator", "postgres", "opencost", "prometheus")
 

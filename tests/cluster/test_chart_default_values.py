@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from finops.devenv import opencost_replay as replay
-from finops.devenv import postgres, realnode, release
+from finops_devenv import opencost_replay as replay
+from finops_devenv import postgres, realnode, release
 from tests.cluster import _chart
 from tests.cluster._chart import NAMESPACE, RELEASE
 

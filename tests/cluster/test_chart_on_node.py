@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from finops.devenv import realnode, release
+from finops_devenv import realnode, release
 from tests.cluster import _chart
 from tests.cluster._chart import NAMESPACE, RELEASE, TENANT
 

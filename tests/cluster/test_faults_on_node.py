@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from finops.devenv import opencost_replay as replay
-from finops.devenv import realnode, release
+from finops_devenv import opencost_replay as replay
+from finops_devenv import realnode, release
 from tests.cluster import _chart
 from tests.cluster._chart import NAMESPACE, RELEASE
 

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from finops.devenv import realnode
+from finops_devenv import realnode
 from tests.cluster.conftest import require_real_node
 
 

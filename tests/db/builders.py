@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from finops.billing import allocation
-from finops.store import allocations, mirror
+from finops.store import allocations, migrate, mirror
 
 CLUSTER = "default"
 H0 = dt.datetime(2026, 4, 1, 9, tzinfo=dt.UTC)
@@ -119,3 +119,11 @@ def table_contents(conn: psycopg.Connection[Any], table: str) -> list[str]:
         psycopg.sql.SQL("SELECT t::text FROM {} t").format(psycopg.sql.Identifier(table))
     ).fetchall()
     return sorted(r[0] for r in rows)
+
+
+def applied_versions(conn: psycopg.Connection[Any]) -> list[int]:
+    """Versions recorded in `schema_migrations`, ascending (empty before the first run)."""
+    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return []
+    return sorted(migrate._applied(conn))

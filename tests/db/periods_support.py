@@ -13,6 +13,7 @@ from finops.billing import periods
 from finops.collection import charge_plan, charges
 from finops.jobs import charges as job
 from finops.store import allocations
+from tests.oracle import charge_rows
 
 HOUR = dt.timedelta(hours=1)
 MARCH_END = dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
@@ -191,7 +192,7 @@ def ledger_by_hour(
     }
 
 
-def oracle_by_hour(rows: list[charge_plan.ChargeRow]) -> dict[Key, tuple[Decimal, int]]:
+def oracle_by_hour(rows: list[charge_rows.ChargeRow]) -> dict[Key, tuple[Decimal, int]]:
     """The oracle's rows in the same shape (zero rows left out)."""
     out: dict[Key, tuple[Decimal, int]] = {}
     for r in rows:

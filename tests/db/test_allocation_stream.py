@@ -21,11 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from finops.billing import allocation
-from finops.devenv import postgres
 from finops.opencost import fastparse, parse
 from finops.store import allocations, migrate
+from finops_devenv import postgres
 from tests.db import builders
 from tests.db.builders import alloc, hour
+from tests.oracle import ledger as oracle_ledger
 
 Run = list[tuple[bool, list[allocation.AllocationRow]]]  # (finalized, rows) per hour
 
@@ -44,7 +45,7 @@ def ledgers(pg_server: postgres.PostgresCluster) -> Iterator[tuple[str, str]]:
 def by_ingest(conn: psycopg.Connection[Any], run: Run) -> int:
     book = builders.pricebook(conn)
     written = sum(
-        allocations.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=final)
+        oracle_ledger.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=final)
         for final, rows in run
     )
     conn.commit()
@@ -166,7 +167,9 @@ def test_a_run_that_commits_the_hour_first_turns_the_fresh_insert_into_the_upser
     ):
         book = builders.pricebook(conn)
         conn.commit()
-        allocations.ingest(other, theirs[0][1], pricebook_id=book, currency="USD", finalized=False)
+        oracle_ledger.ingest(
+            other, theirs[0][1], pricebook_id=book, currency="USD", finalized=False
+        )
         written: list[int] = []
         merging = threading.Thread(target=lambda: written.append(by_stream(conn, mine)))
         merging.start()

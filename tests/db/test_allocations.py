@@ -15,12 +15,13 @@ from finops.billing import allocation
 from finops.store import allocations
 from tests.db import builders
 from tests.db.builders import CLUSTER, alloc, hour
+from tests.oracle import ledger as oracle_ledger
 
 
 def ingest(conn: psycopg.Connection[Any], rows: list[allocation.AllocationRow], **kw: Any) -> int:
     book = builders.pricebook(conn)
     options = {"pricebook_id": book, "currency": "USD", "finalized": False, **kw}
-    written = allocations.ingest(conn, rows, **options)
+    written = oracle_ledger.ingest(conn, rows, **options)
     conn.commit()
     return written
 
@@ -45,13 +46,13 @@ class TestExactStorage:
             alloc("team-a/web-1/app", at=1, cpu="123456789012345678.123456789"),
         ]
         ingest(conn, rows)
-        stored = allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(2))
+        stored = oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(2))
         assert sorted((s.row for s in stored), key=repr) == sorted(rows, key=repr)
         assert {(s.currency, s.is_finalized) for s in stored} == {("USD", False)}
 
     def test_numeric_scale_survives_the_round_trip(self, conn: psycopg.Connection[Any]) -> None:
         ingest(conn, [alloc(cpu="0.2500")])
-        (stored,) = allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
+        (stored,) = oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
         assert str(stored.row.cpu_core_hours) == "0.2500"
 
     def test_times_come_back_in_utc_whatever_offset_went_in(
@@ -66,7 +67,7 @@ class TestExactStorage:
             end=row.end.astimezone(plus_two),
         )
         ingest(conn, [shifted])
-        (stored,) = allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
+        (stored,) = oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
         assert stored.row == row
         assert stored.row.hour.utcoffset() == dt.timedelta(0)
 
@@ -84,7 +85,7 @@ class TestExactStorage:
 
     def test_reading_can_be_limited_to_namespaces(self, conn: psycopg.Connection[Any]) -> None:
         ingest(conn, [alloc("a", namespace="team-a"), alloc("b", namespace="team-b")])
-        stored = allocations.read(
+        stored = oracle_ledger.read(
             conn, cluster=CLUSTER, start=hour(0), end=hour(1), namespaces=["team-b"]
         )
         assert [s.row.name for s in stored] == ["b"]
@@ -113,7 +114,7 @@ class TestIdempotentIngestion:
     ) -> None:
         ingest(conn, [alloc(cpu="0.25")])
         written = ingest(conn, [alloc(cpu="0.75")])
-        stored = allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
+        stored = oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
         assert written == 1
         assert [s.row.cpu_core_hours for s in stored] == [Decimal("0.75")]
 
@@ -121,19 +122,21 @@ class TestIdempotentIngestion:
         self, conn: psycopg.Connection[Any]
     ) -> None:
         written = ingest(conn, [alloc(cpu="0.1"), alloc(cpu="0.2"), alloc(cpu="0.3")])
-        stored = allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
+        stored = oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
         assert written == 1
         assert [s.row.cpu_core_hours for s in stored] == [Decimal("0.3")]
 
     def test_ingestion_joins_the_callers_transaction(self, conn: psycopg.Connection[Any]) -> None:
         book = builders.pricebook(conn)
         conn.commit()
-        allocations.ingest(conn, [alloc(at=0)], pricebook_id=book, currency="USD", finalized=False)
-        allocations.ingest(conn, [alloc(at=1)], pricebook_id=book, currency="USD", finalized=True)
-        in_tx = allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(2))
+        oracle_ledger.ingest(
+            conn, [alloc(at=0)], pricebook_id=book, currency="USD", finalized=False
+        )
+        oracle_ledger.ingest(conn, [alloc(at=1)], pricebook_id=book, currency="USD", finalized=True)
+        in_tx = oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(2))
         conn.rollback()
         assert len(in_tx) == 2
-        assert allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(2)) == []
+        assert oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(2)) == []
 
     def test_two_writers_with_overlapping_batches_both_succeed(self, ledger_dsn: str) -> None:
         with psycopg.connect(ledger_dsn) as setup:
@@ -146,7 +149,7 @@ class TestIdempotentIngestion:
             try:
                 with psycopg.connect(ledger_dsn) as own:
                     barrier.wait(timeout=10)
-                    allocations.ingest(
+                    oracle_ledger.ingest(
                         own, batch, pricebook_id=book, currency="USD", finalized=False
                     )
             except BaseException as exc:
@@ -172,7 +175,7 @@ class TestFinalization:
     ) -> None:
         ingest(conn, [alloc(cpu="0.25")], finalized=True)
         written = ingest(conn, [alloc(cpu="9.99")], finalized=False)
-        (stored,) = allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
+        (stored,) = oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
         assert written == 0
         assert (stored.row.cpu_core_hours, stored.is_finalized) == (Decimal("0.25"), True)
 
@@ -181,7 +184,7 @@ class TestFinalization:
     ) -> None:
         ingest(conn, [alloc(cpu="0.25")], finalized=False)
         ingest(conn, [alloc(cpu="0.30")], finalized=True)
-        (stored,) = allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
+        (stored,) = oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
         assert (stored.row.cpu_core_hours, stored.is_finalized) == (Decimal("0.30"), True)
 
     def test_finalizing_before_an_hour_settles_only_older_rows_of_that_cluster(
@@ -191,8 +194,8 @@ class TestFinalization:
         ingest(conn, [alloc(at=0, cluster="other")])
         changed = allocations.finalize_before(conn, cluster=CLUSTER, before=hour(2))
         conn.commit()
-        stored = allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(4))
-        other = allocations.read(conn, cluster="other", start=hour(0), end=hour(4))
+        stored = oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(4))
+        other = oracle_ledger.read(conn, cluster="other", start=hour(0), end=hour(4))
         assert changed == 2
         assert [(s.row.hour, s.is_finalized) for s in stored] == [
             (hour(0), True),
@@ -227,7 +230,7 @@ class TestPriceBooks:
     def test_the_same_book_and_rates_map_to_one_row(self, conn: psycopg.Connection[Any]) -> None:
         first = builders.pricebook(conn)
         again = builders.pricebook(conn)
-        (stored,) = allocations.pricebooks(conn, [first]).values()
+        (stored,) = oracle_ledger.pricebooks(conn, [first]).values()
         assert first == again
         assert stored.currency == "USD"
         assert stored.rates == {k: builders.RATES.get(k, 0) for k in allocations.RATE_COLUMNS}
@@ -238,8 +241,8 @@ class TestPriceBooks:
         old = builders.pricebook(conn)
         ingest(conn, [alloc(at=0)], pricebook_id=old)
         new = builders.pricebook(conn, {**builders.RATES, "cpuHour": 45_000})
-        books = allocations.pricebooks(conn, [old, new])
-        (stored,) = allocations.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
+        books = oracle_ledger.pricebooks(conn, [old, new])
+        (stored,) = oracle_ledger.read(conn, cluster=CLUSTER, start=hour(0), end=hour(1))
         assert new != old
         assert (books[old].rates["cpuHour"], books[new].rates["cpuHour"]) == (31_000, 45_000)
         assert stored.pricebook_id == old
@@ -262,4 +265,4 @@ class TestPriceBooks:
         self, conn: psycopg.Connection[Any]
     ) -> None:
         with pytest.raises(psycopg.errors.ForeignKeyViolation):
-            allocations.ingest(conn, [alloc()], pricebook_id=0, currency="USD", finalized=False)
+            oracle_ledger.ingest(conn, [alloc()], pricebook_id=0, currency="USD", finalized=False)

@@ -10,11 +10,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from finops.api import models
 from finops.billing import forecast
 from finops.collection import budgets
 from finops.store import budgets as store
-from finops.store import charges
 from tests.db import builders
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
 CLUSTER = builders.CLUSTER
 APRIL = (dt.datetime(2026, 4, 1, tzinfo=dt.UTC), dt.datetime(2026, 5, 1, tzinfo=dt.UTC))
@@ -25,7 +27,14 @@ def crossing(
     percent: int, basis: str = "Actual", *, at: int = 10, uid: str = "b-1", posted: bool = False
 ) -> budgets.Crossing:
     return budgets.Crossing(
-        uid, APRIL[0], percent, budgets.Basis(basis), APRIL[0] + at * HOUR, 500 + at, 1000, posted
+        uid,
+        APRIL[0],
+        percent,
+        models.ThresholdBasis(basis),
+        APRIL[0] + at * HOUR,
+        500 + at,
+        1000,
+        posted,
     )
 
 
@@ -35,7 +44,7 @@ def evaluation(hour: int, *, generation: int = 1, spent: int = 10) -> budgets.Ev
         "spec": {"amount": "0.001", "currency": "USD"},
     }
     terms = budgets.BudgetTerms.from_object(body)
-    plan = budgets.Plan(terms, APRIL[0] + hour * HOUR, *APRIL, ("s-1", "s-2"))
+    plan = budgets.BudgetPlan(terms, APRIL[0] + hour * HOUR, *APRIL, ("s-1", "s-2"))
     return budgets.Evaluation(plan, forecast.Forecast(spent, 5, 1), {}, (), ())
 
 
@@ -110,7 +119,7 @@ class TestSums:
     ) -> None:
         o, v = builders.offering_version(conn), builders.subscription_version(conn, uid="s-1")
         rows = [
-            charges.Charge(
+            charge_rows.ChargeRow(
                 CLUSTER,
                 "s-1",
                 APRIL[0] + n * HOUR,
@@ -130,7 +139,7 @@ class TestSums:
                 ("ramGbHour", 3, "EUR"),
             )
         ]
-        charges.upsert(conn, rows)
+        oracle_ledger.upsert(conn, rows)
         window = {"start": APRIL[0] + HOUR, "end": APRIL[0] + 4 * HOUR}
         got = store.sums(conn, cluster=CLUSTER, subscription_uids=["s-1", "s-9"], **window)
         assert got == {"s-1": {"USD": 3 * 1007, "EUR": 9}}

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from finops.store import charge_sql, migrate
+from tests.db import builders
 from tests.oracle import ledger_sums
 
 JAN = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -204,4 +205,4 @@ def test_an_interrupted_conversion_starts_again_and_ends_the_same(pg_dsn: str) -
         migrate.apply(conn)
         assert _rows(conn) == model
         assert ledger_sums.kept_day_sums(conn) == ledger_sums.day_sums(conn)
-        assert 22 in migrate.applied_versions(conn)
+        assert 22 in builders.applied_versions(conn)

@@ -3,7 +3,7 @@
 Generated allocation rows (several PriceBooks, rates of zero, negative and instant rows,
 rows trimmed by activation and deactivation, a coarser aggregation to ignore) and generated
 Subscriptions (every kind of usage source, both margins, with and without a fee) are charged
-twice: by `charge_plan.rows` over the rows read into Python (`Fraction` arithmetic, one
+twice: by `charge_rows.rows` over the rows read into Python (`Fraction` arithmetic, one
 rounding per row) and by the SQL path. Every row must agree to the micro.
 
 Most examples write over the open rows an earlier run left (some with other amounts, some
@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from finops.collection import charge_plan, charges
 from finops.jobs import charges as job
 from finops.store import allocations, charge_inputs, charge_sql, unit
-from finops.store import charges as store_charges
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
 CLUSTER = "prop"
 T0 = dt.datetime(2026, 5, 1, 10, tzinfo=dt.UTC)
@@ -218,7 +219,7 @@ def stored(conn: psycopg.Connection[Any]) -> set[tuple[Any, ...]]:
     return {tuple(r) for r in rows}
 
 
-def planned(rows: list[charge_plan.ChargeRow]) -> set[tuple[Any, ...]]:
+def planned(rows: list[charge_rows.ChargeRow]) -> set[tuple[Any, ...]]:
     return {
         (
             r.subscription_uid,
@@ -240,7 +241,7 @@ def planned(rows: list[charge_plan.ChargeRow]) -> set[tuple[Any, ...]]:
 
 
 def earlier_run(
-    conn: psycopg.Connection[Any], oracle: list[charge_plan.ChargeRow], uids: set[str] | None
+    conn: psycopg.Connection[Any], oracle: list[charge_rows.ChargeRow], uids: set[str] | None
 ) -> None:
     """Open rows as an earlier run of the same hours left them (for the Subscriptions in
     `uids`, or all): every second planned row with one more micro, every third as planned,
@@ -258,7 +259,7 @@ def earlier_run(
         if stale is not None:
             keys.add((r.subscription_uid, r.hour, stale))
             left.append(dataclasses.replace(r, source=stale, finalized=False))
-    store_charges.upsert(conn, left)
+    oracle_ledger.upsert(conn, left)
 
 
 @seed(20260501)
@@ -292,19 +293,19 @@ def test_sql_path_equals_the_exact_oracle(
         )
         windows = charge_plan.windows(items, {}, SCHEDULED)
         wanted = charge_plan.usage_windows(items, windows)
-        inputs = charge_plan.Inputs(
+        inputs = charge_rows.PricedInputs(
             boundary=boundary,
             windows=windows,
             versions=charge_plan.version_ids(items, offerings, versions),
             fee_currency=charge_inputs.latest_currency(conn, cluster=CLUSTER),
-            priced=charge_inputs.priced_usage(
+            priced=oracle_ledger.priced_usage(
                 conn,
                 cluster=CLUSTER,
                 namespace_windows=wanted.per_namespace,
                 any_namespace_window=wanted.anywhere,
             ),
         )
-        oracle = charge_plan.rows(CLUSTER, items, inputs, SCHEDULED)
+        oracle = charge_rows.rows(CLUSTER, items, inputs, SCHEDULED)
         if earlier != "none":
             some = {b.sub.uid for b in items[::2]} if earlier == "some" else None
             earlier_run(conn, oracle, some)

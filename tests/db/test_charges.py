@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from finops.store import charges
 from tests.db import builders
 from tests.db.builders import CLUSTER, hour
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
 
 @dataclasses.dataclass
@@ -30,8 +32,10 @@ def versions(conn: psycopg.Connection[Any]) -> Versions:
     return made
 
 
-def fee(at: int, v: Versions, *, uid: str = "sub-uid-1", finalized: bool = True) -> charges.Charge:
-    return charges.Charge(
+def fee(
+    at: int, v: Versions, *, uid: str = "sub-uid-1", finalized: bool = True
+) -> charge_rows.ChargeRow:
+    return charge_rows.ChargeRow(
         cluster=CLUSTER,
         subscription_uid=uid,
         hour=hour(at),
@@ -48,7 +52,7 @@ def fee(at: int, v: Versions, *, uid: str = "sub-uid-1", finalized: bool = True)
 
 def cpu(
     at: int, v: Versions, core_hours: str, *, finalized: bool = True, uid: str = "sub-uid-1"
-) -> charges.Charge:
+) -> charge_rows.ChargeRow:
     quantity = Decimal(core_hours)
     return dataclasses.replace(
         fee(at, v, uid=uid, finalized=finalized),
@@ -59,8 +63,8 @@ def cpu(
     )
 
 
-def write(conn: psycopg.Connection[Any], rows: list[charges.Charge]) -> int:
-    written = charges.upsert(conn, rows)
+def write(conn: psycopg.Connection[Any], rows: list[charge_rows.ChargeRow]) -> int:
+    written = oracle_ledger.upsert(conn, rows)
     conn.commit()
     return written
 
@@ -78,7 +82,7 @@ class TestUpserts:
             FROM subscription_charges
             """
         ).fetchall()
-        assert [charges.Charge(*r) for r in stored] == [row]
+        assert [charge_rows.ChargeRow(*r) for r in stored] == [row]
 
     def test_replaying_the_same_charges_leaves_the_table_byte_identical(
         self, conn: psycopg.Connection[Any], versions: Versions
@@ -116,9 +120,11 @@ class TestUpserts:
         self, conn: psycopg.Connection[Any], versions: Versions
     ) -> None:
         with pytest.raises(ValueError, match="source"):
-            charges.upsert(conn, [dataclasses.replace(fee(0, versions), source="spotCPUHour")])
+            oracle_ledger.upsert(
+                conn, [dataclasses.replace(fee(0, versions), source="spotCPUHour")]
+            )
         with pytest.raises(ValueError, match="timezone-aware"):
-            charges.upsert(
+            oracle_ledger.upsert(
                 conn, [dataclasses.replace(fee(0, versions), hour=dt.datetime(2026, 4, 1))]
             )
 
@@ -129,7 +135,7 @@ class TestUpserts:
             fee(0, versions), subscription_version_id=versions.subscription + 99
         )
         with pytest.raises(psycopg.errors.ForeignKeyViolation):
-            charges.upsert(conn, [orphan])
+            oracle_ledger.upsert(conn, [orphan])
 
 
 class TestWatermark:
@@ -137,13 +143,15 @@ class TestWatermark:
         self, conn: psycopg.Connection[Any], versions: Versions
     ) -> None:
         write(conn, [fee(0, versions, finalized=False)])
-        assert charges.watermark(conn, cluster=CLUSTER, subscription_uid="sub-uid-1") is None
+        assert oracle_ledger.watermark(conn, cluster=CLUSTER, subscription_uid="sub-uid-1") is None
 
     def test_the_watermark_is_the_latest_finalized_hour(
         self, conn: psycopg.Connection[Any], versions: Versions
     ) -> None:
         write(conn, [fee(h, versions) for h in range(5)] + [fee(5, versions, finalized=False)])
-        assert charges.watermark(conn, cluster=CLUSTER, subscription_uid="sub-uid-1") == hour(4)
+        assert oracle_ledger.watermark(conn, cluster=CLUSTER, subscription_uid="sub-uid-1") == hour(
+            4
+        )
 
     def test_an_open_usage_hour_holds_the_watermark_back(
         self, conn: psycopg.Connection[Any], versions: Versions
@@ -152,13 +160,17 @@ class TestWatermark:
         rows = [fee(h, versions) for h in range(5)]
         rows += [cpu(h, versions, "1") for h in range(2)] + [cpu(2, versions, "1", finalized=False)]
         write(conn, rows)
-        assert charges.watermark(conn, cluster=CLUSTER, subscription_uid="sub-uid-1") == hour(1)
+        assert oracle_ledger.watermark(conn, cluster=CLUSTER, subscription_uid="sub-uid-1") == hour(
+            1
+        )
 
     def test_a_missing_fee_hour_holds_the_watermark_back_so_it_is_written_again(
         self, conn: psycopg.Connection[Any], versions: Versions
     ) -> None:
         write(conn, [fee(h, versions) for h in (0, 1, 3, 4)] + [fee(5, versions, finalized=False)])
-        assert charges.watermark(conn, cluster=CLUSTER, subscription_uid="sub-uid-1") == hour(1)
+        assert oracle_ledger.watermark(conn, cluster=CLUSTER, subscription_uid="sub-uid-1") == hour(
+            1
+        )
 
     def test_watermarks_are_per_subscription(
         self, conn: psycopg.Connection[Any], versions: Versions
@@ -178,7 +190,7 @@ class TestSums:
         rows.append(fee(3, versions, uid="sub-uid-2"))
         rows.append(fee(5, versions, finalized=False, uid="sub-uid-2"))
         write(conn, rows)
-        totals = charges.sums(
+        totals = oracle_ledger.sums(
             conn,
             cluster=CLUSTER,
             subscription_uids=["sub-uid-1", "sub-uid-2", "sub-uid-9"],
@@ -195,7 +207,7 @@ class TestSums:
         self, conn: psycopg.Connection[Any], versions: Versions
     ) -> None:
         write(conn, [fee(0, versions, finalized=False)])
-        totals = charges.sums(
+        totals = oracle_ledger.sums(
             conn, cluster=CLUSTER, subscription_uids=["sub-uid-1"], start=hour(0), end=hour(1)
         )
         assert totals == {"sub-uid-1": {"subscription": 40_000_000}}
@@ -241,7 +253,7 @@ class TestSums:
         uids = ["sub-uid-1", "sub-uid-2", "sub-uid-9"]
         one = charges.window_sums(conn, cluster=CLUSTER, subscription_uids=uids, windows=windows)
         each = [
-            charges.sums(conn, cluster=CLUSTER, subscription_uids=uids, start=s, end=e)
+            oracle_ledger.sums(conn, cluster=CLUSTER, subscription_uids=uids, start=s, end=e)
             if s < e
             else {}
             for s, e in windows
@@ -260,8 +272,8 @@ class TestSums:
         rows = [fee(0, versions), fee(1, versions), fee(0, globex, uid="sub-2")]
         rows += [fee(0, loose, uid="sub-3"), cpu(0, globex, "2", uid="sub-2")]
         write(conn, rows)
-        by_tenant = charges.sums_by_tenant(conn, cluster=CLUSTER, start=hour(0), end=hour(24))
-        globex_only = charges.sums_for_tenant(
+        by_tenant = oracle_ledger.sums_by_tenant(conn, cluster=CLUSTER, start=hour(0), end=hour(24))
+        globex_only = oracle_ledger.sums_for_tenant(
             conn, cluster=CLUSTER, tenant="globex", start=hour(0), end=hour(24)
         )
         assert by_tenant == {

@@ -8,10 +8,12 @@ from typing import Any
 
 import psycopg
 
-from finops.store import allocations, charges, mirror
+from finops.store import allocations, mirror
 from finops.store import dashboard as queries
 from tests.db import builders
 from tests.db.builders import CLUSTER
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
 START = dt.datetime(2026, 4, 1, 22, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
@@ -33,8 +35,8 @@ def _subscription(conn: psycopg.Connection[Any], namespace: str, name: str) -> i
 
 def _charge(
     version: int, offering: int, uid: str, n: int, source: str, micros: int
-) -> charges.Charge:
-    return charges.Charge(
+) -> charge_rows.ChargeRow:
+    return charge_rows.ChargeRow(
         CLUSTER, uid, START + n * HOUR, source, Decimal(1), micros, micros, "EUR", n < 2,
         offering, version,
     )  # fmt: skip
@@ -48,7 +50,7 @@ def _ledger(conn: psycopg.Connection[Any]) -> None:
     rows = [_charge(web, offering, "team-a/web", n, "subscription", 1_000_000) for n in range(4)]
     rows += [_charge(web, offering, "team-a/web", n, "cpuHour", 10 + n) for n in range(4)]
     rows.append(_charge(other, offering, "team-b/db", 0, "subscription", 7_000_000))
-    charges.upsert(conn, rows)
+    oracle_ledger.upsert(conn, rows)
 
 
 def test_daily_buckets_split_at_utc_midnight_and_keep_exact_micros(
@@ -126,10 +128,10 @@ def test_the_active_currency_is_the_book_that_priced_the_latest_collected_hour(
         currency="EUR",
         rates={"cpuHour": 1},
     )
-    allocations.ingest(
+    oracle_ledger.ingest(
         conn, [builders.alloc(at=5)], pricebook_id=usd, currency="USD", finalized=False
     )
-    allocations.ingest(
+    oracle_ledger.ingest(
         conn, [builders.alloc(at=1)], pricebook_id=eur, currency="EUR", finalized=False
     )
     assert queries.active_currency(conn, cluster=CLUSTER) == "USD"

@@ -17,9 +17,11 @@ import pytest
 from finops import cli
 from finops.billing import focus
 from finops.cli import export
-from finops.store import charges, mirror
 from finops.store import focus as focus_store
+from finops.store import mirror
 from tests.db import builders
+from tests.oracle import charge_rows, focus_columns
+from tests.oracle import ledger as oracle_ledger
 
 START = dt.datetime(2026, 3, 31, 22, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
@@ -40,11 +42,11 @@ def _subscription(conn: psycopg.Connection[Any], namespace: str, name: str) -> i
     )
 
 
-def _ledger(conn: psycopg.Connection[Any]) -> list[charges.Charge]:
+def _ledger(conn: psycopg.Connection[Any]) -> list[charge_rows.ChargeRow]:
     """Fee and CPU rows for two namespaces over six hours across a month boundary, plus one
     hour outside the window and one row of another cluster."""
     offering = builders.offering_version(conn)
-    rows: list[charges.Charge] = []
+    rows: list[charge_rows.ChargeRow] = []
     for namespace in ("team-a", "team-b"):
         version = _subscription(conn, namespace, "web")
         uid = f"uid-{namespace}-web"
@@ -57,7 +59,7 @@ def _ledger(conn: psycopg.Connection[Any]) -> list[charges.Charge]:
                 ("cpuHour", quantity, 31_000, amount),
             ):
                 rows.append(
-                    charges.Charge(
+                    charge_rows.ChargeRow(
                         builders.CLUSTER,
                         uid,
                         hour,
@@ -72,7 +74,7 @@ def _ledger(conn: psycopg.Connection[Any]) -> list[charges.Charge]:
                     )
                 )
     rows.append(
-        charges.Charge(
+        charge_rows.ChargeRow(
             "other-cluster",
             "uid-x",
             START,
@@ -86,12 +88,14 @@ def _ledger(conn: psycopg.Connection[Any]) -> list[charges.Charge]:
             version,
         )
     )
-    charges.upsert(conn, rows)
+    oracle_ledger.upsert(conn, rows)
     conn.commit()
     return rows
 
 
-def _in_window(rows: list[charges.Charge], namespace: str | None = None) -> list[charges.Charge]:
+def _in_window(
+    rows: list[charge_rows.ChargeRow], namespace: str | None = None
+) -> list[charge_rows.ChargeRow]:
     return [
         r
         for r in rows
@@ -130,7 +134,7 @@ def test_billed_cost_sums_equal_the_ledger_to_the_micro(conn: psycopg.Connection
         )
         assert len(got) == len(_in_window(written, namespace)) > 0
         rows = [focus.row(c) for c in got]
-        assert all(focus.problems(r) == [] for r in rows)
+        assert all(focus_columns.problems(r) == [] for r in rows)
         billed = sum((r["BilledCost"] for r in rows), Decimal(0))
         assert isinstance(billed, Decimal)
         assert billed.scaleb(6) == _ledger_sum(conn, namespace)
@@ -192,10 +196,10 @@ def test_tags_carry_the_subscription_labels_each_hour_was_priced_under(
         )
         for rv, own in relabelled
     ]
-    charges.upsert(
+    oracle_ledger.upsert(
         conn,
         [
-            charges.Charge(
+            charge_rows.ChargeRow(
                 builders.CLUSTER,
                 "uid-team-c-web",
                 START + n * HOUR,

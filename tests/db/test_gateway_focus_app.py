@@ -30,7 +30,7 @@ def ledger(ledger_dsn: str) -> Iterator[psycopg_pool.ConnectionPool[Any]]:
 
 
 def _client(dsn: str, ledger: psycopg_pool.ConnectionPool[Any]) -> TestClient:
-    settings = app.Settings(port=0, dsn=dsn, auth=False, origins=(), cluster="default")
+    settings = app.GatewaySettings(port=0, dsn=dsn, auth=False, origins=(), cluster="default")
     return TestClient(app.build(settings, lambda: ledger, _Allow()))
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from finops.api import environment
 from finops.store import partitions
 from tests.db import builders
 from tests.oracle import ledger_sums
@@ -120,16 +121,18 @@ def test_retention_can_drop_instead_of_detaching(conn: psycopg.Connection[Any]) 
 
 
 def test_retention_settings_are_read_and_checked_by_name() -> None:
+    months, action = (
+        environment.Env.FINOPS_LEDGER_RETENTION_MONTHS,
+        environment.Env.FINOPS_LEDGER_RETENTION_ACTION,
+    )
     assert partitions.Retention.from_env({}) == partitions.Retention(None)
-    assert partitions.Retention.from_env(
-        {partitions.RETENTION_MONTHS_ENV: "13", partitions.RETENTION_ACTION_ENV: "drop"}
-    ) == partitions.Retention(13, partitions.Action.DROP)
-    with pytest.raises(partitions.SettingsError, match=partitions.RETENTION_MONTHS_ENV):
-        partitions.Retention.from_env({partitions.RETENTION_MONTHS_ENV: "0"})
-    with pytest.raises(partitions.SettingsError, match=partitions.RETENTION_ACTION_ENV):
-        partitions.Retention.from_env(
-            {partitions.RETENTION_MONTHS_ENV: "3", partitions.RETENTION_ACTION_ENV: "archive"}
-        )
+    assert partitions.Retention.from_env({months: "13", action: "drop"}) == partitions.Retention(
+        13, partitions.Action.DROP
+    )
+    with pytest.raises(partitions.SettingsError, match=months):
+        partitions.Retention.from_env({months: "0"})
+    with pytest.raises(partitions.SettingsError, match=action):
+        partitions.Retention.from_env({months: "3", action: "archive"})
 
 
 def test_months_without_closed_periods_are_never_retirable() -> None:

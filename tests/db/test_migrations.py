@@ -16,8 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from finops.store import allocations, migrate, mirror
+from finops.api import environment
+from finops.store import migrate, mirror
 from tests.db import builders
+from tests.oracle import ledger as oracle_ledger
 
 EXPECTED_TABLES = {
     "pricebooks",
@@ -90,7 +92,7 @@ class TestFreshDatabase:
                     "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
                 ).fetchall()
             }
-            recorded = migrate.applied_versions(conn)
+            recorded = builders.applied_versions(conn)
         assert [m.version for m in applied] == shipped_versions()
         assert recorded == shipped_versions()
         assert tables == EXPECTED_TABLES
@@ -111,7 +113,7 @@ class TestFreshDatabase:
         with psycopg.connect(pg_dsn) as conn:
             migrate.apply(conn)
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            assert migrate.applied_versions(conn) == shipped_versions()
+            assert builders.applied_versions(conn) == shipped_versions()
 
     def test_a_connection_inside_a_transaction_is_refused(self, pg_dsn: str) -> None:
         with psycopg.connect(pg_dsn) as conn:
@@ -216,7 +218,7 @@ class TestUpgrades:
             fresh = [builders.alloc("team-b/db-0/pg", at=0, namespace="team-b")]
             for written in (fresh, rows[:1], [*fresh, *rows]):  # insert, merge, both
                 with pytest.raises(psycopg.errors.ForeignKeyViolation, match="not stored"):
-                    allocations.ingest(
+                    oracle_ledger.ingest(
                         conn, written, pricebook_id=book + 99, currency="USD", finalized=False
                     )
             one_bad = "UPDATE provider_allocations SET pricebook_id = %s + (hour = %s)::int"
@@ -227,7 +229,7 @@ class TestUpgrades:
             with pytest.raises(psycopg.errors.ForeignKeyViolation, match="orphan"):
                 conn.execute("TRUNCATE pricebooks")
             assert conn.execute(_ALLOCATIONS).fetchall() == before
-            assert allocations.pricebooks(conn, [book]).keys() == {book}
+            assert oracle_ledger.pricebooks(conn, [book]).keys() == {book}
             conn.execute("TRUNCATE provider_allocations, pricebooks")
 
     def test_charge_hour_check_keeps_the_ledger_and_accepts_exactly_the_same_hours(
@@ -277,7 +279,7 @@ def _allocations_before(
     migrate.apply(conn, shipped[: [m.name for m in shipped].index(migration)])
     book = builders.pricebook(conn)
     rows = [builders.alloc(f"team-a/web-{i}/app", at=i % 3) for i in range(6)]
-    allocations.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
+    oracle_ledger.ingest(conn, rows, pricebook_id=book, currency="USD", finalized=False)
     return book, rows, conn.execute(_ALLOCATIONS).fetchall()
 
 
@@ -385,7 +387,7 @@ class TestMigrationFiles:
                 "README.md": "not a migration",
             },
         )
-        monkeypatch.setenv(migrate.MIGRATION_DIR_ENV, str(tmp_path))
+        monkeypatch.setenv(environment.Env.FINOPS_MIGRATION_DIR, str(tmp_path))
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             applied = migrate.apply(conn)
             names = conn.execute("SELECT name FROM schema_migrations ORDER BY version").fetchall()
@@ -411,7 +413,7 @@ class TestMigrationFiles:
                 migrate.apply(conn, migrate.load(tmp_path))
             half_done = conn.execute("SELECT to_regclass('half_done')").fetchone()
             kept = conn.execute("SELECT to_regclass('kept')").fetchone()
-            assert migrate.applied_versions(conn) == [1]
+            assert builders.applied_versions(conn) == [1]
             # The lock was released: fixing the file lets the next run finish the job.
             (tmp_path / "0002_broken.sql").write_text("CREATE TABLE half_done (id int);")
             applied = migrate.apply(conn, migrate.load(tmp_path))
@@ -467,7 +469,7 @@ class TestConcurrentProcesses:
         env = {
             **os.environ,
             "POSTGRES_CONNECTION_STRING": pg_dsn,
-            migrate.MIGRATION_DIR_ENV: str(directory),
+            environment.Env.FINOPS_MIGRATION_DIR: str(directory),
         }
         procs = [
             subprocess.Popen(
@@ -493,7 +495,7 @@ class TestConcurrentProcesses:
 
     def test_the_module_entry_point_applies_and_reports(self, pg_dsn: str) -> None:
         env = {**os.environ, "POSTGRES_CONNECTION_STRING": pg_dsn}
-        env.pop(migrate.MIGRATION_DIR_ENV, None)
+        env.pop(environment.Env.FINOPS_MIGRATION_DIR, None)
         done = subprocess.run(
             [sys.executable, "-m", "finops.store.migrate"],
             env=env,

@@ -7,7 +7,7 @@ events each followed by a charge run: allocation rows added, changed, re-priced 
 currency or deleted in closed hours, deactivations back-dated (or moved), a Subscription
 appearing with an activation back in March. After every run March's charge rows are as they
 were at the close, and at the end, for every (Subscription, hour, source, currency) of March,
-charge row + corrections == `charge_plan.rows` (the `Fraction` oracle) over the final inputs.
+charge row + corrections == `charge_rows.rows` (the `Fraction` oracle) over the final inputs.
 """
 
 from __future__ import annotations

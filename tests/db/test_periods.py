@@ -14,6 +14,8 @@ from finops.store import charge_inputs, unit
 from finops.store import periods as store_periods
 from tests.db import builders
 from tests.db import periods_support as ps
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
 MINUTE = dt.timedelta(minutes=1)
 ACTIVATED = ps.MARCH_END - 5 * ps.HOUR + 17 * MINUTE
@@ -35,19 +37,19 @@ def truth(
         subscriptions=charge_plan.subscription_versions(billed),
     )
     wanted = charge_plan.usage_windows(billed, windows)
-    inputs = charge_plan.Inputs(
+    inputs = charge_rows.PricedInputs(
         boundary=None,
         windows=windows,
         versions=charge_plan.version_ids(billed, offerings, subs),
         fee_currency="USD",
-        priced=charge_inputs.priced_usage(
+        priced=oracle_ledger.priced_usage(
             conn,
             cluster=cluster,
             namespace_windows=wanted.per_namespace,
             any_namespace_window=wanted.anywhere,
         ),
     )
-    return ps.oracle_by_hour(charge_plan.rows(cluster, billed, inputs, ps.MARCH_END))
+    return ps.oracle_by_hour(charge_rows.rows(cluster, billed, inputs, ps.MARCH_END))
 
 
 def used(conn: psycopg.Connection[Any], cluster: str, book: int) -> None:

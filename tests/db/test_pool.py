@@ -14,8 +14,9 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from finops.devenv import postgres
 from finops.store import migrate, pool
+from finops_devenv import postgres
+from tests.db import builders
 
 
 def everything_said(exc: BaseException, caplog: pytest.LogCaptureFixture) -> str:
@@ -40,7 +41,7 @@ class TestEnvironment:
     def test_a_pool_from_the_environment_serves_a_migrated_ledger(self, pg_dsn: str) -> None:
         environ = {"POSTGRES_CONNECTION_STRING": pg_dsn}
         with pool.open_pool(environ=environ, max_size=2) as ledger, ledger.connection() as conn:
-            versions = migrate.applied_versions(conn)
+            versions = builders.applied_versions(conn)
             tables = conn.execute("SELECT to_regclass('provider_allocations')").fetchone()
         assert versions == [m.version for m in migrate.load()]
         assert tables == ("provider_allocations",)

@@ -9,7 +9,7 @@ import pwd
 import psycopg
 import pytest
 
-from finops.devenv import postgres
+from finops_devenv import postgres
 
 
 def test_the_session_server_trades_durability_for_speed(pg_dsn: str) -> None:

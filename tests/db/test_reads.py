@@ -16,9 +16,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from finops.store import charges, mirror, reads
+from finops.store import mirror, reads
 from tests.db import builders
 from tests.db.builders import CLUSTER, hour
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
 pytestmark = pytest.mark.db
 
@@ -52,13 +54,13 @@ def _ledger(conn: psycopg.Connection[Any], seed: int) -> None:
         for n in range(3):
             versions = (_version(conn, namespace, n, 1), _version(conn, namespace, n, 2))
             for at in range(-5, 45):
-                for source in charges.SOURCES:
+                for source in oracle_ledger.SOURCES:
                     if pick.random() < 0.2:
                         continue
                     price = pick.randrange(0, 50_000)
                     quantity = Decimal(pick.randrange(0, 10_000)) / 1000
                     rows.append(
-                        charges.Charge(
+                        charge_rows.ChargeRow(
                             cluster=pick.choice([CLUSTER, CLUSTER, CLUSTER, "other"]),
                             subscription_uid=f"{namespace}-uid-{n}",
                             hour=hour(at),
@@ -72,7 +74,7 @@ def _ledger(conn: psycopg.Connection[Any], seed: int) -> None:
                             subscription_version_id=versions[at >= 20],
                         )
                     )
-    charges.upsert(conn, rows)
+    oracle_ledger.upsert(conn, rows)
     conn.execute("ANALYZE subscription_charges")
     conn.commit()
 

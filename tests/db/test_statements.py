@@ -146,7 +146,7 @@ def ledger(generated: str) -> Iterator[psycopg_pool.ConnectionPool[Any]]:
 def test_the_gateway_serves_the_list_and_each_statement(
     generated: str, ledger: psycopg_pool.ConnectionPool[Any]
 ) -> None:
-    settings = app.Settings(port=0, dsn=generated, auth=False, origins=(), cluster=CLUSTER)
+    settings = app.GatewaySettings(port=0, dsn=generated, auth=False, origins=(), cluster=CLUSTER)
     with TestClient(app.build(settings, lambda: ledger, _Allow())) as client:
         listed = client.get("/api/v1/namespaces/team-a/statements").json()["items"]
         assert [i["period"]["label"] for i in listed] == ["2026-03"]

@@ -7,18 +7,20 @@ from decimal import Decimal
 
 import pytest
 
-from finops.store import charges, unit
+from finops.store import pool, unit
 from tests.db import builders
 from tests.db.builders import CLUSTER, hour
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
 
-def _fees(conn: unit.Connection, hours: int) -> list[charges.Charge]:
+def _fees(conn: pool.Connection, hours: int) -> list[charge_rows.ChargeRow]:
     with unit.begin(conn) as work:
         offering = builders.offering_version(conn)
         subscription = builders.subscription_version(conn)
         work.commit()
     return [
-        charges.Charge(
+        charge_rows.ChargeRow(
             cluster=CLUSTER,
             subscription_uid="sub-uid-1",
             hour=hour(h),
@@ -35,7 +37,7 @@ def _fees(conn: unit.Connection, hours: int) -> list[charges.Charge]:
     ]
 
 
-def _count(conn: unit.Connection) -> int:
+def _count(conn: pool.Connection) -> int:
     row = conn.execute("SELECT count(*) FROM subscription_charges").fetchone()
     assert row is not None
     return int(row[0])
@@ -45,7 +47,7 @@ def test_a_block_without_commit_leaves_the_ledger_untouched(ledger_dsn: str) -> 
     with unit.session(ledger_dsn) as conn:
         rows = _fees(conn, 3)
         with unit.begin(conn) as work:
-            assert charges.upsert(work.conn, rows) == 3
+            assert oracle_ledger.upsert(work.conn, rows) == 3
         assert _count(conn) == 0
 
 
@@ -53,7 +55,7 @@ def test_a_committed_block_is_seen_by_another_session(ledger_dsn: str) -> None:
     with unit.session(ledger_dsn) as conn, unit.session(ledger_dsn) as other:
         rows = _fees(conn, 3)
         with unit.begin(conn) as work:
-            charges.upsert(work.conn, rows)
+            oracle_ledger.upsert(work.conn, rows)
             assert _count(other) == 0
             work.commit()
         assert _count(other) == 3
@@ -63,7 +65,7 @@ def test_an_exception_after_commit_still_rolls_everything_back(ledger_dsn: str) 
     with unit.session(ledger_dsn) as conn:
         rows = _fees(conn, 2)
         with pytest.raises(RuntimeError, match="late failure"), unit.begin(conn) as work:
-            charges.upsert(work.conn, rows)
+            oracle_ledger.upsert(work.conn, rows)
             work.commit()
             raise RuntimeError("late failure")
         assert _count(conn) == 0
@@ -83,7 +85,7 @@ def test_two_concurrent_writers_keep_only_the_committed_one(ledger_dsn: str) -> 
     def writer_a() -> None:
         try:
             with unit.session(ledger_dsn) as conn, unit.begin(conn) as work:
-                charges.upsert(work.conn, rows)
+                oracle_ledger.upsert(work.conn, rows)
                 a_wrote.set()
                 b_read.wait()
         except BaseException as exc:  # surfaced by the assertion below
@@ -96,7 +98,7 @@ def test_two_concurrent_writers_keep_only_the_committed_one(ledger_dsn: str) -> 
             with unit.session(ledger_dsn) as conn, unit.begin(conn) as work:
                 seen_by_b.append(_count(conn))
                 b_read.set()
-                written_by_b.append(charges.upsert(work.conn, rows))
+                written_by_b.append(oracle_ledger.upsert(work.conn, rows))
                 work.commit()
         except BaseException as exc:
             failures.append(exc)

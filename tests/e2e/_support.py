@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from finops.devenv import controlplane, sandbox
+from finops_devenv import controlplane, sandbox
 
 GROUP = "/apis/finops.stakater.com/v1alpha1"
 

@@ -19,11 +19,11 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from tests.e2e import _support
 from tests.e2e._support import active_book
+from tests.oracle import ledger as oracle_ledger
 
-from finops.devenv import controlplane
-from finops.devenv import opencost_replay as replay
 from finops.jobs import allocations as job
-from finops.store import allocations as store_allocations
+from finops_devenv import controlplane
+from finops_devenv import opencost_replay as replay
 
 SCHEDULED = "2026-10-03T10:20:00Z"
 HOUR10 = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
@@ -84,9 +84,9 @@ def table(dsn: str, name: str) -> list[tuple[Any, ...]]:
         return conn.execute(f"SELECT * FROM {name} ORDER BY 1, 2, 3, 4, 5").fetchall()
 
 
-def stored(dsn: str) -> list[store_allocations.StoredAllocation]:
+def stored(dsn: str) -> list[oracle_ledger.StoredAllocation]:
     with psycopg.connect(dsn) as conn:
-        return store_allocations.read(
+        return oracle_ledger.read(
             conn, cluster="test-cluster", start=HOUR10 - 5 * HOUR, end=HOUR10 + 3 * HOUR
         )
 

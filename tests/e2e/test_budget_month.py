@@ -35,9 +35,9 @@ from tests.faults import _harness as faults
 from tests.oracle import fee_ticks
 
 from finops.controller import cost_metrics
-from finops.devenv import controlplane, postgres
-from finops.devenv import opencost_replay as replay
 from finops.jobs import allocations as allocation_job
+from finops_devenv import controlplane, postgres
+from finops_devenv import opencost_replay as replay
 
 GROUP = "/apis/finops.stakater.com/v1alpha1"
 UTC = dt.UTC

@@ -22,11 +22,11 @@ from lightkube.config.kubeconfig import KubeConfig
 from tests.e2e._support import active_book
 
 from finops.billing import focus
-from finops.devenv import controlplane
-from finops.devenv import opencost_replay as replay
 from finops.jobs import allocations as allocation_job
 from finops.jobs import charges as job
 from finops.store import focus as focus_store
+from finops_devenv import controlplane
+from finops_devenv import opencost_replay as replay
 
 GROUP = "/apis/finops.stakater.com/v1alpha1"
 UTC = dt.UTC

@@ -26,8 +26,10 @@ from tests.e2e.test_charge_job import (
     subscription,
 )
 
-from finops.devenv import controlplane
+from finops.collection import charge_plan
 from finops.jobs import charges as job
+from finops.jobs import settings as job_settings
+from finops_devenv import controlplane
 
 PRICE = 1_000_000
 
@@ -55,7 +57,7 @@ def refresh_status_from_ledger(
     """Rewrite `status.costs` from what the ledger holds now, charging nothing: the job's own
     status path with a ledger pass that only reads (the sums a real run reads back)."""
 
-    def read_only(billed: Sequence[job.Billed]) -> job.LedgerResult:
+    def read_only(billed: Sequence[charge_plan.Billed]) -> job.LedgerResult:
         with psycopg.connect(dsn, autocommit=True) as conn:
             uids = [b.sub.uid for b in billed]
             settled = job.read_settled(conn, cluster=CLUSTER, scheduled=scheduled, uids=uids)
@@ -65,7 +67,8 @@ def refresh_status_from_ledger(
         client = client_for(kube)
         env = {"CLUSTER_ID": CLUSTER, "SCHEDULED_TIMESTAMP": rfc(scheduled)}
         try:
-            return await job.collect(client, env, scheduled, ledger=read_only, namespace=ns)
+            settings = job_settings.JobSettings.from_env(env)
+            return await job.collect(client, settings, scheduled, ledger=read_only, namespace=ns)
         finally:
             await client.close()
 

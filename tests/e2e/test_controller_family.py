@@ -26,7 +26,7 @@ from tests.kube.test_controller_support import (
     wait_more_reconciles,
 )
 
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 TREE = [  # (name, offering, parent)
     ("acme-bundle", "platform-core", None),

@@ -20,9 +20,11 @@ import httpx
 import pytest
 from playwright import sync_api
 from tests.e2e import test_gateway as gateway_setup
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
-from finops.devenv import controlplane
-from finops.store import allocations, charges, mirror, pool
+from finops.store import allocations, mirror, pool
+from finops_devenv import controlplane
 
 START = dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
 HOURS = 48
@@ -62,7 +64,7 @@ def _chromium() -> str:
 
 def _write_tenant(
     conn: Any, namespace: str, subscriptions: dict[str, Any], offerings: dict[str, int]
-) -> list[charges.Charge]:
+) -> list[charge_rows.ChargeRow]:
     rows = []
     for name, (offering, sources) in subscriptions.items():
         uid = f"{namespace}-{name}"
@@ -81,12 +83,12 @@ def _write_tenant(
             for source, amount in sources.items():
                 micros = amount(n)
                 rows.append(
-                    charges.Charge(
+                    charge_rows.ChargeRow(
                         "default", uid, START + n * HOUR, source, Decimal(1), micros, micros,
                         "EUR", n < HOURS - 2, offerings[offering], version,
                     )
                 )  # fmt: skip
-    charges.upsert(conn, rows)
+    oracle_ledger.upsert(conn, rows)
     return rows
 
 
@@ -196,7 +198,7 @@ def visit(browser: Any) -> Iterator[Visit]:
     tab.close()
 
 
-def _dense(rows: list[charges.Charge], key: Any, step: dt.timedelta) -> dict[str, list[int]]:
+def _dense(rows: list[charge_rows.ChargeRow], key: Any, step: dt.timedelta) -> dict[str, list[int]]:
     buckets = int(HOURS * HOUR / step)
     series: dict[str, list[int]] = {}
     for row in rows:

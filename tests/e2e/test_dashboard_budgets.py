@@ -25,13 +25,14 @@ from lightkube.config.kubeconfig import KubeConfig
 from tests.e2e import test_dashboard as page
 from tests.e2e import test_gateway as gateway_setup
 from tests.e2e.test_dashboard import browser  # noqa: F401  (its Chromium, a fixture)
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
 from finops.api import bodies
 from finops.collection import charges as charge_rules
-from finops.devenv import controlplane
 from finops.jobs import budgets as budget_job
 from finops.store import allocations, mirror, pool
-from finops.store import charges as ledger
+from finops_devenv import controlplane
 
 UTC = dt.UTC
 HOUR = dt.timedelta(hours=1)
@@ -77,12 +78,12 @@ def _seed(dsn: str, namespace: str, names: list[str]) -> list[budget_job.Billed]
                 cpu = 15_000 + 700 * (hour.hour % 9) + 4_000 * n
                 for source, micros in (("subscription", fee), ("cpuHour", cpu)):
                     rows.append(
-                        ledger.Charge(
+                        charge_rows.ChargeRow(
                             "default", state.uid, hour, source, Decimal(1), micros, micros,
                             "EUR", hour < AT, offering, version,
                         )
                     )  # fmt: skip
-        ledger.upsert(conn, rows)
+        oracle_ledger.upsert(conn, rows)
         conn.commit()
     return billed
 
@@ -117,11 +118,11 @@ def _evaluate(kube: controlplane.ControlPlane, dsn: str, namespace: str, billed:
     assert report.errors == {} and report.evaluated == 1 and report.statuses_written == 1
 
 
-def _read_budget(kube: controlplane.ControlPlane, namespace: str, name: str) -> bodies.Budget:
+def _read_budget(kube: controlplane.ControlPlane, namespace: str, name: str) -> bodies.BudgetBody:
     with kube.http() as client:
         resp = client.get(f"{GROUP}/namespaces/{namespace}/budgets/{name}")
     assert resp.status_code == 200, resp.text
-    found: bodies.Budget = resp.json()
+    found: bodies.BudgetBody = resp.json()
     return found
 
 

@@ -20,9 +20,11 @@ from typing import Any
 import httpx
 import pytest
 from psycopg import conninfo
+from tests.oracle import charge_rows
+from tests.oracle import ledger as oracle_ledger
 
-from finops.devenv import controlplane
-from finops.store import charges, mirror, pool
+from finops.store import mirror, pool
+from finops_devenv import controlplane
 
 H0 = dt.datetime(2026, 4, 1, 9, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
@@ -30,7 +32,7 @@ WINDOW = {"from": "2026-04-01T00:00:00Z", "to": "2026-04-02T00:00:00Z"}
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 
-def _write_ledger(dsn: str, namespace: str, uid: str) -> list[charges.Charge]:
+def _write_ledger(dsn: str, namespace: str, uid: str) -> list[charge_rows.ChargeRow]:
     """Three hours of fee and CPU charges for Subscription `web` in `namespace`."""
     with pool.connect(dsn) as conn:
         offering = mirror.upsert_offering_version(
@@ -59,7 +61,7 @@ def _write_ledger(dsn: str, namespace: str, uid: str) -> list[charges.Charge]:
         for n in range(3):
             quantity = Decimal("0.123457") * (n + 1)
             rows.append(
-                charges.Charge(
+                charge_rows.ChargeRow(
                     "default",
                     uid,
                     H0 + n * HOUR,
@@ -74,7 +76,7 @@ def _write_ledger(dsn: str, namespace: str, uid: str) -> list[charges.Charge]:
                 )
             )
             rows.append(
-                charges.Charge(
+                charge_rows.ChargeRow(
                     "default",
                     uid,
                     H0 + n * HOUR,
@@ -88,7 +90,7 @@ def _write_ledger(dsn: str, namespace: str, uid: str) -> list[charges.Charge]:
                     version,
                 )
             )
-        charges.upsert(conn, rows)
+        oracle_ledger.upsert(conn, rows)
         conn.commit()
     return rows
 
@@ -172,7 +174,7 @@ def _grant_subscription_reader(kube: controlplane.ControlPlane, ns: str, sa_ns: 
         ).raise_for_status()
 
 
-def _expected_items(rows: list[charges.Charge]) -> list[dict[str, Any]]:
+def _expected_items(rows: list[charge_rows.ChargeRow]) -> list[dict[str, Any]]:
     ordered = sorted(rows, key=lambda c: (c.hour, c.source))
     return [
         {

@@ -22,7 +22,7 @@ from tests.e2e.test_gateway import (
 )
 
 from finops.billing import focus
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 
 def _grant_cluster_reader(kube: controlplane.ControlPlane, sa_ns: str, sa: str) -> None:

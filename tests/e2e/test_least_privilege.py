@@ -29,8 +29,8 @@ import yaml
 from tests.e2e._support import by_name, condition, items, wait_until
 from tests.kube import _helm
 
-from finops.devenv import controlplane, sandbox
 from finops.pricing import opencost_document
+from finops_devenv import controlplane, sandbox
 
 RELEASE = "finops-operator"
 NS = sandbox.SYSTEM_NS

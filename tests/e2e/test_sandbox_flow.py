@@ -25,7 +25,7 @@ import pytest
 from prometheus_client import parser
 from tests.e2e._support import by_name, condition, items, wait_until
 
-from finops.devenv import sandbox
+from finops_devenv import sandbox
 
 GROUP = "/apis/finops.stakater.com/v1alpha1"
 HOURS = 2

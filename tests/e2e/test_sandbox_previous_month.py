@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from finops.billing import ticks
-from finops.devenv import sandbox, sandbox_periods
+from finops_devenv import sandbox, sandbox_periods
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from finops.devenv import controlplane
-from finops.devenv import opencost_replay as replay
+from finops_devenv import controlplane
+from finops_devenv import opencost_replay as replay
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "contract_corpus"
@@ -162,6 +162,19 @@ class TestInstalledWheel:
         with zipfile.ZipFile(installed.wheel) as archive:
             shipped = {n for n in archive.namelist() if n.startswith("finops/gateway/static/")}
         assert shipped == in_source
+
+    def test_the_wheel_holds_the_product_alone_not_its_development_tools(
+        self, installed: Installed
+    ) -> None:
+        with zipfile.ZipFile(installed.wheel) as archive:
+            packages = {n.split("/")[0] for n in archive.namelist() if n.endswith(".py")}
+            modules = [n for n in archive.namelist() if n.endswith(".py")]
+        assert packages == {"finops"}
+        assert "finops/cli/validate.py" in modules
+        assert not [n for n in modules if "devenv" in n or "sandbox" in n]
+        cli = installed.run("finops", "--help")
+        assert cli.returncode == 0, cli.stderr
+        assert "validate" in cli.stdout and "sandbox" not in cli.stdout
 
     def test_the_installed_migrate_module_applies_the_shipped_migrations(
         self, installed: Installed, pg_dsn: str

@@ -32,9 +32,9 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from psycopg import conninfo
 
-from finops.devenv import controlplane
 from finops.jobs import allocations as allocation_job
 from finops.jobs import charges as charge_job
+from finops_devenv import controlplane
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FIGURES_DIR = REPO / "build" / "faults"

@@ -11,8 +11,8 @@ from psycopg import conninfo
 from tests.e2e._support import active_book
 from tests.faults import _harness as h
 
-from finops.devenv import controlplane, postgres
-from finops.devenv import opencost_replay as replay
+from finops_devenv import controlplane, postgres
+from finops_devenv import opencost_replay as replay
 
 NAMESPACES = 8
 

@@ -26,8 +26,8 @@ import pytest
 from tests.fixtures.kube import CRD_DIR
 from tests.kube.test_controller_support import FINOPS, ControllerProcess, create, get, wait_for
 
-from finops.devenv import controlplane
 from finops.kube import leader
+from finops_devenv import controlplane
 
 OUTAGE_SECONDS = 30.0
 RECOVERY_TIMEOUT = 150.0  # safety net: watches back off up to 30 s between relists

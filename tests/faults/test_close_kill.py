@@ -24,12 +24,13 @@ from collections.abc import Callable
 import psycopg
 from tests.faults import _harness as h
 
-from finops.billing import periods, statement_html, statements
+from finops.api import environment
+from finops.billing import statement_html, statements
 from finops.store import statements as store_statements
 
 SEED = 24_001
 CLOSE = dt.datetime(2026, 12, 1, tzinfo=h.UTC)
-GRACE = {periods.GRACE_ENV: "2"}
+GRACE = {environment.Env.FINOPS_PERIOD_GRACE_HOURS: "2"}
 HOURS = [CLOSE + k * h.HOUR for k in range(-4, 5)]
 
 

@@ -40,7 +40,7 @@ from tests.e2e import test_gateway as support
 from tests.kube import _contract as api
 
 from finops.cli import validate
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 MANIFEST_EXAMPLES = 300
 GATEWAY_EXAMPLES = 400

@@ -31,9 +31,9 @@ import pytest
 from tests.e2e import _support
 from tests.e2e._support import active_book
 
-from finops.devenv import controlplane
-from finops.devenv import opencost_replay as replay
 from finops.opencost import client as opencost_client
+from finops_devenv import controlplane
+from finops_devenv import opencost_replay as replay
 
 GROUP = "/apis/finops.stakater.com/v1alpha1"
 SCHEDULED = "2026-10-03T10:20:00Z"

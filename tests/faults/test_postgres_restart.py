@@ -27,9 +27,9 @@ from tests.faults import _harness as h
 from tests.kube import _hierarchy as hier
 from tests.kube.test_controller_support import ControllerProcess, running_controller, wait_for
 
-from finops.devenv import controlplane, postgres
-from finops.devenv import opencost_replay as replay
 from finops.store import migrate
+from finops_devenv import controlplane, postgres
+from finops_devenv import opencost_replay as replay
 
 FAULTS = ("ledger transaction", "down at start", "ledger transaction", "down at start")
 

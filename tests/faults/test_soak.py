@@ -32,7 +32,7 @@ from tests.faults import _harness as h
 from tests.kube import _hierarchy as hier
 from tests.kube.test_controller_support import ControllerProcess, running_controller
 
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 SUBSCRIPTIONS = int(os.environ.get("FAULTS_SOAK_SUBSCRIPTIONS", "500"))
 HOURS = 24

@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.kube.test_controller_support import FINOPS, get, wait_for
 
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 API_VERSION = "finops.stakater.com/v1alpha1"
 FEE = {"period": "1h", "tickAlignment": "ActivatedAt", "priceMicros": 30000000}

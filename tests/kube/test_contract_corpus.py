@@ -18,7 +18,7 @@ from tests.contract_corpus import corpus
 from tests.kube import _contract as api
 
 from finops.api import validation
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 CASES = corpus.cases()
 # The `finops` console script installed next to this interpreter.

@@ -11,7 +11,7 @@ from tests.contract_corpus import corpus
 from tests.kube import _contract as api
 
 from finops.api import models
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 

@@ -6,7 +6,7 @@ import ssl
 
 import httpx
 
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 
 def test_server_is_a_real_kube_apiserver_of_the_pinned_release(

@@ -28,7 +28,7 @@ from tests.kube.test_controller_support import (
 )
 from tests.unit.hierarchy import builders as b
 
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 OFFERINGS: dict[str, list[str]] = {
     "core": [],

@@ -25,8 +25,8 @@ from tests.kube.test_controller_support import (
 )
 
 from finops.api import rules
-from finops.controller import costjob_schedule
-from finops.devenv import controlplane
+from finops.provisioning import costjobs
+from finops_devenv import controlplane
 
 DSN = "postgresql://finops:secret@db.invalid:5432/finops"
 
@@ -128,7 +128,7 @@ def test_every_accepted_interval_becomes_its_schedule(
         wait_for(functools.partial(cronjob, kube, ns, name), what=f"CronJob for {interval}")
         cj = cronjob(kube, ns, name)
         assert cj is not None
-        assert cj["spec"]["schedule"] == costjob_schedule.schedule_for(interval), interval
+        assert cj["spec"]["schedule"] == costjobs.schedule_for(interval), interval
     # Charge collection runs the other mode; the default interval is daily.
     create(
         kube,

@@ -15,8 +15,8 @@ from tests.kube.test_controller_support import (
     wait_for,
 )
 
-from finops.devenv import controlplane
 from finops.kube import leader
+from finops_devenv import controlplane
 
 LEASE_SECONDS = 4.0
 

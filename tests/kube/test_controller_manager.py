@@ -11,8 +11,8 @@ import httpx
 import psycopg
 from tests.kube.test_controller_support import ControllerProcess, running_controller
 
-from finops.devenv import controlplane
 from finops.store import migrate
+from finops_devenv import controlplane
 
 
 def test_probes_and_metrics_answer_and_logs_are_json(

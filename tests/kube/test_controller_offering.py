@@ -23,7 +23,7 @@ from tests.kube.test_controller_support import (
     wait_more_reconciles,
 )
 
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 METERS: list[dict[str, Any]] = [
     {"name": "cpuHour", "margins": {"factorMilli": 1500}},

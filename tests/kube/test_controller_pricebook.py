@@ -26,8 +26,8 @@ from tests.kube.test_controller_support import (
     wait_more_reconciles,
 )
 
-from finops.devenv import controlplane
 from finops.pricing import opencost_document
+from finops_devenv import controlplane
 
 DEPLOYMENT = "finops-operator-opencost"
 

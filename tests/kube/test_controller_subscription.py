@@ -24,7 +24,7 @@ from tests.kube.test_controller_support import (
     wait_more_reconciles,
 )
 
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 SUBSCRIPTIONS = "subscription"
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 T = TypeVar("T")
 

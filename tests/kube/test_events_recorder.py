@@ -10,8 +10,8 @@ import lightkube
 from lightkube.config.kubeconfig import KubeConfig
 from tests.kube.test_controller_support import events_for
 
-from finops.devenv import controlplane
 from finops.kube import events
+from finops_devenv import controlplane
 
 
 def involved(ns: str, name: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import yaml
 from tests.kube import _helm
 
 from finops.controller import cost_metrics
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 GROUP = "finops.stakater.com"
 TENANT = "alice@example.com"

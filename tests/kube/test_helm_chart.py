@@ -20,9 +20,11 @@ import yaml
 from tests.kube import _helm
 
 from finops import operator
-from finops.controller import config, costjob
-from finops.devenv import controlplane
+from finops.api import environment
+from finops.controller import config
 from finops.opencost import config as opencost_config
+from finops.provisioning import costjobs
+from finops_devenv import controlplane
 
 CRDS = _helm.REPO / "deploy" / "crds"
 MANAGER = "finops-operator-controller-manager"
@@ -263,7 +265,10 @@ class TestWebhookCertificates:
         secrets = [c["spec"]["secretName"] for c in _helm.of_kind(objects, "Certificate")]
         assert secrets == ["metrics-server-cert"], "only the metrics certificate is left"
         env = _manager_env(objects)
-        assert env["ENABLE_WEBHOOKS"] == {"name": "ENABLE_WEBHOOKS", "value": "false"}
+        assert env[environment.Env.ENABLE_WEBHOOKS] == {
+            "name": environment.Env.ENABLE_WEBHOOKS,
+            "value": "false",
+        }
 
 
 class TestMetricsCertificate:
@@ -327,6 +332,37 @@ def _manager_env(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in _manager_container(objects)["env"]}
 
 
+def _container_env_names(objects: list[dict[str, Any]]) -> set[str]:
+    """Every environment variable name any container of the rendered chart is given."""
+    names: set[str] = set()
+    for obj in objects:
+        spec = obj.get("spec") or {}
+        pod = (spec.get("template") or {}).get("spec") or {}
+        for container in [*(pod.get("containers") or ()), *(pod.get("initContainers") or ())]:
+            names.update(str(e["name"]) for e in container.get("env") or ())
+    return names
+
+
+class TestEnvironmentNames:
+    @pytest.mark.parametrize("name", sorted(VARIANTS))
+    def test_every_variable_the_chart_sets_for_our_image_is_a_product_constant(
+        self, name: str, tmp_path: pathlib.Path
+    ) -> None:
+        """The chart and the processes spell each variable once: `finops.api.environment`."""
+        ours = {MANAGER, "finops-operator-finops-gateway-gateway"}
+        objects = [
+            o
+            for o in render(VARIANTS[name], tmp_path)
+            if o.get("kind") == "Deployment" and o.get("metadata", {}).get("name") in ours
+        ]
+        assert objects, "the chart renders the manager and the gateway"
+        names = _container_env_names(objects)
+        assert environment.Env.POSTGRES_CONNECTION_STRING in names
+        assert names <= {e.value for e in environment.Env}, names - {
+            e.value for e in environment.Env
+        }
+
+
 class TestManagerDeployment:
     def test_manager_environment_follows_the_values(self, tmp_path: pathlib.Path) -> None:
         objects = render(
@@ -335,22 +371,27 @@ class TestManagerDeployment:
             namespace="ops",
         )
         env = _manager_env(objects)
-        assert env["POSTGRES_CONNECTION_STRING"]["valueFrom"]["secretKeyRef"] == {
+        assert env[environment.Env.POSTGRES_CONNECTION_STRING]["valueFrom"]["secretKeyRef"] == {
             "name": "pg",
-            "key": "POSTGRES_CONNECTION_STRING",
+            "key": environment.Env.POSTGRES_CONNECTION_STRING,
         }
-        assert env["OPENCOST_CONNECTION_STRING"]["valueFrom"]["secretKeyRef"] == {
+        assert env[environment.Env.OPENCOST_CONNECTION_STRING]["valueFrom"]["secretKeyRef"] == {
             "name": "finops-operator-opencost-config",
-            "key": "OPENCOST_CONNECTION_STRING",
+            "key": environment.Env.OPENCOST_CONNECTION_STRING,
         }
-        assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-        assert env["COSTJOB_ALLOWED_NAMESPACES"]["value"] == "ops"
-        assert env["MTO_ENABLED"]["value"] == "false"
-        assert yaml.safe_load(env["IMAGE_PULL_SECRETS"]["value"]) == [{"name": "registry"}]
+        assert (
+            env[environment.Env.POD_NAMESPACE]["valueFrom"]["fieldRef"]["fieldPath"]
+            == "metadata.namespace"
+        )
+        assert env[environment.Env.COSTJOB_ALLOWED_NAMESPACES]["value"] == "ops"
+        assert env[environment.Env.MTO_ENABLED]["value"] == "false"
+        assert yaml.safe_load(env[environment.Env.IMAGE_PULL_SECRETS]["value"]) == [
+            {"name": "registry"}
+        ]
         job_sa = _helm.find(objects, "ServiceAccount", "finops-operator-job")
-        assert env["JOB_SERVICE_ACCOUNT"]["value"] == job_sa["metadata"]["name"]
+        assert env[environment.Env.JOB_SERVICE_ACCOUNT]["value"] == job_sa["metadata"]["name"]
         container = _manager_container(objects)
-        assert env["OPERATOR_IMAGE"]["value"] == container["image"]
+        assert env[environment.Env.OPERATOR_IMAGE]["value"] == container["image"]
 
     def test_every_image_and_pull_policy_follows_the_values(self, tmp_path: pathlib.Path) -> None:
         """The manager, the generated CronJob pods (OPERATOR_IMAGE and its pull policy, as the
@@ -370,7 +411,7 @@ class TestManagerDeployment:
         env = {k: e["value"] for k, e in _manager_env(objects).items() if "value" in e}
         settings = config.from_env({**_CONFIG_REQUIRED, **env})
         job = {"metadata": {"name": "c", "namespace": "n", "uid": "u"}, "spec": {}}
-        pod = costjob.desired_cronjob(job, settings)["spec"]["jobTemplate"]["spec"]["template"]
+        pod = costjobs.desired_cronjob(job, settings)["spec"]["jobTemplate"]["spec"]["template"]
         [loader] = pod["spec"]["containers"]
         assert (loader["image"], loader["imagePullPolicy"]) == (manager["image"], "Never")
         gw = _helm.find(objects, "Deployment", "finops-operator-finops-gateway-gateway")
@@ -392,23 +433,23 @@ class TestManagerDeployment:
         """Unset, the manager's own default applies; set (a YAML number or a string), the
         value reaches FINOPS_WORKERS as the manager reads it; 0 is passed on, not dropped,
         so the manager refuses it by name instead of quietly running its default."""
-        assert "FINOPS_WORKERS" not in _manager_env(render({}, tmp_path))
+        assert environment.Env.FINOPS_WORKERS not in _manager_env(render({}, tmp_path))
 
         def workers(value: object) -> dict[str, Any]:
             values = {"controllerManager": {"manager": {"env": {"finopsWorkers": value}}}}
-            return _manager_env(render(values, tmp_path)).get("FINOPS_WORKERS", {})
+            return _manager_env(render(values, tmp_path)).get(environment.Env.FINOPS_WORKERS, {})
 
         assert workers("") == {}
         assert workers(None) == {}
         for value, expected in ((8, "8"), ("6", "6"), (1, "1")):
             entry = workers(value)
-            assert entry == {"name": "FINOPS_WORKERS", "value": expected}
-            env = {**_CONFIG_REQUIRED, "FINOPS_WORKERS": entry["value"]}
+            assert entry == {"name": environment.Env.FINOPS_WORKERS, "value": expected}
+            env = {**_CONFIG_REQUIRED, environment.Env.FINOPS_WORKERS: entry["value"]}
             assert config.from_env(env).workers == int(expected)
         zero = workers(0)
-        assert zero == {"name": "FINOPS_WORKERS", "value": "0"}
-        with pytest.raises(config.ConfigError, match="FINOPS_WORKERS"):
-            config.from_env({**_CONFIG_REQUIRED, "FINOPS_WORKERS": zero["value"]})
+        assert zero == {"name": environment.Env.FINOPS_WORKERS, "value": "0"}
+        with pytest.raises(config.ConfigError, match=environment.Env.FINOPS_WORKERS):
+            config.from_env({**_CONFIG_REQUIRED, environment.Env.FINOPS_WORKERS: zero["value"]})
 
     def test_mto_mode_sets_the_flag_and_grants_the_opencost_resource(
         self, tmp_path: pathlib.Path
@@ -418,7 +459,7 @@ class TestManagerDeployment:
             return [r for r in role["rules"] if "opencosts" in r["resources"]]
 
         mto = render(VARIANTS["mto"], tmp_path)
-        assert _manager_env(mto)["MTO_ENABLED"]["value"] == "true"
+        assert _manager_env(mto)[environment.Env.MTO_ENABLED]["value"] == "true"
         assert opencost_grants(mto) and opencost_grants(mto)[0]["verbs"] == ["get", "list", "patch"]
         assert opencost_grants(render({}, tmp_path)) == []
 
@@ -521,7 +562,10 @@ class TestJobServiceAccount:
         assert [(s["name"], s["namespace"]) for s in binding["subjects"]] == [
             ("finops-operator-job", ns) for ns in accounts
         ]
-        assert _manager_env(objects)["JOB_SERVICE_ACCOUNT"]["value"] == "finops-operator-job"
+        assert (
+            _manager_env(objects)[environment.Env.JOB_SERVICE_ACCOUNT]["value"]
+            == "finops-operator-job"
+        )
 
     def test_by_default_only_the_release_namespace_gets_it(self, tmp_path: pathlib.Path) -> None:
         objects = render({}, tmp_path, namespace="ops")
@@ -616,13 +660,13 @@ class TestStarterCostJobResourcesAndSharding:
         scraping, charges = self._costjobs(self.TUNED, tmp_path)
         for job, values in ((scraping, "costJob"), (charges, "chargeCollectionJob")):
             job["metadata"]["uid"] = str(uuid.uuid4())
-            cron = costjob.desired_cronjob(job, settings)
+            cron = costjobs.desired_cronjob(job, settings)
             [container] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
             # Replaced whole, not merged: the charge job's requests-only value has no limits.
             assert container["resources"] == self.TUNED[values]["resources"]
         env = {"OPENCOST_CONNECTION_STRING": "http://opencost:9003"}
         sharded = opencost_config.OpenCostConfig.from_sources(scraping["spec"], env)
-        assert sharded.sharding == opencost_config.Sharding(namespaces_per_shard=10, concurrency=3)
+        assert sharded.sharding == opencost_config.ShardPlan(namespaces_per_shard=10, concurrency=3)
         [plain, _] = self._costjobs(STARTERS, tmp_path)
         assert opencost_config.OpenCostConfig.from_sources(plain["spec"], env).sharding is None
 

@@ -28,9 +28,10 @@ from psycopg import conninfo, sql
 from tests.kube import _helm
 from tests.kube import test_controller_support as support
 
-from finops.devenv import controlplane, postgres
+from finops.api import environment
 from finops.pricing import opencost_document
 from finops.store import migrate
+from finops_devenv import controlplane, postgres
 
 NAMESPACE = "finops-operator-system"
 # Characters a URI would misread unless the chart escapes them.
@@ -117,7 +118,7 @@ class TestRendering:
             postgresPassword="root-secret",
         )
         dsn = _helm.secret_data(objects, "finops-operator-postgres-config")[
-            "POSTGRES_CONNECTION_STRING"
+            environment.Env.POSTGRES_CONNECTION_STRING
         ]
         assert dsn.startswith("postgresql://") and dsn.endswith("?sslmode=disable")
         parts = conninfo.conninfo_to_dict(dsn)
@@ -172,13 +173,14 @@ class TestRendering:
         manager = _env(
             _pod_specs(objects)["Deployment/finops-operator-controller-manager"]["containers"][0]
         )
-        name = manager["OPENCOST_DEPLOYMENT_NAME"]["value"]
+        name = manager[environment.Env.OPENCOST_DEPLOYMENT_NAME]["value"]
         opencost = _helm.find(objects, "Deployment", name)
         assert (
-            opencost["metadata"]["namespace"] == manager["OPENCOST_DEPLOYMENT_NAMESPACE"]["value"]
+            opencost["metadata"]["namespace"]
+            == manager[environment.Env.OPENCOST_DEPLOYMENT_NAMESPACE]["value"]
         )
         url = _helm.secret_data(objects, "finops-operator-opencost-config")[
-            "OPENCOST_CONNECTION_STRING"
+            environment.Env.OPENCOST_CONNECTION_STRING
         ]
         assert url == f"http://finops-operator-opencost.{NAMESPACE}.svc.cluster.local:9003"
         service = _helm.find(objects, "Service", name)
@@ -255,7 +257,7 @@ def test_an_upgrade_keeps_the_passwords_of_the_existing_secret(
     credentials = _helm.secret_data(objects, "finops-operator-postgres-credentials")
     assert {k: credentials[k] for k in kept} == kept
     dsn = _helm.secret_data(objects, "finops-operator-postgres-config")[
-        "POSTGRES_CONNECTION_STRING"
+        environment.Env.POSTGRES_CONNECTION_STRING
     ]
     assert conninfo.conninfo_to_dict(dsn)["password"] == "app-from-install"
     # A password given in the values wins over the stored one.
@@ -414,7 +416,7 @@ def test_the_controller_starts_against_the_dsn_the_rendered_secret_holds(
     names = ("finops-operator-postgres-config", "finops-operator-opencost-config")
     secrets = {name: _helm.secret_data(objects, name) for name in names}
     parts = conninfo.conninfo_to_dict(
-        secrets["finops-operator-postgres-config"]["POSTGRES_CONNECTION_STRING"]
+        secrets["finops-operator-postgres-config"][environment.Env.POSTGRES_CONNECTION_STRING]
     )
     assert (parts["user"], parts["password"], parts["dbname"]) == (
         chart_database["username"],
@@ -423,7 +425,7 @@ def test_the_controller_starts_against_the_dsn_the_rendered_secret_holds(
     )
     parts.update(host="127.0.0.1", port=str(pg_server.port))
     dsn = conninfo.make_conninfo("", **parts)
-    secrets["finops-operator-postgres-config"]["POSTGRES_CONNECTION_STRING"] = dsn
+    secrets["finops-operator-postgres-config"][environment.Env.POSTGRES_CONNECTION_STRING] = dsn
 
     env = _resolved_env(objects, kube_namespace, secrets)
     with (

@@ -31,7 +31,8 @@ from psycopg import conninfo
 from tests.e2e import test_gateway as ledger
 from tests.kube import _helm
 
-from finops.devenv import controlplane
+from finops.api import environment
+from finops_devenv import controlplane
 
 GATEWAY = "finops-operator-finops-gateway-gateway"
 GATEWAY_SA = "finops-operator-finops-gateway"
@@ -94,24 +95,28 @@ class TestRendered:
             "finopsGatewayGateway": {
                 "finopsGatewayContainer": {
                     "env": {**env, "allowedOrigins": "https://a.example,https://b.example"},
-                    "extraEnv": [{"name": "CLUSTER_ID", "value": "east"}],
+                    "extraEnv": [{"name": environment.Env.CLUSTER_ID.value, "value": "east"}],
                 }
             },
         }
         [container] = gateway_pod(render(values, tmp_path))["containers"]
         by_name = {e["name"]: e for e in container["env"]}
-        assert by_name["PG_CONNECTION_STRING"]["valueFrom"]["secretKeyRef"] == {
+        assert by_name[environment.Env.PG_CONNECTION_STRING]["valueFrom"]["secretKeyRef"] == {
             "name": "ledger-dsn",
-            "key": "POSTGRES_CONNECTION_STRING",
+            "key": environment.Env.POSTGRES_CONNECTION_STRING,
         }
-        plain = {k: v.get("value") for k, v in by_name.items() if k != "PG_CONNECTION_STRING"}
+        plain = {
+            k: v.get("value")
+            for k, v in by_name.items()
+            if k != environment.Env.PG_CONNECTION_STRING
+        }
         assert plain == {
-            "PORT": "9090",
-            "ENABLE_AUTH": "true",
+            environment.Env.PORT: "9090",
+            environment.Env.ENABLE_AUTH: "true",
             "MTO_GATEWAY_URL": "http://mto",
-            "ALLOWED_ORIGINS": "https://a.example,https://b.example",
+            environment.Env.ALLOWED_ORIGINS: "https://a.example,https://b.example",
             "KUBERNETES_CLUSTER_DOMAIN": "cluster.local",
-            "CLUSTER_ID": "east",
+            environment.Env.CLUSTER_ID: "east",
         }
         assert container["ports"] == [{"name": "http", "containerPort": 9090, "protocol": "TCP"}]
         for probe in ("livenessProbe", "readinessProbe"):

@@ -15,7 +15,7 @@ import httpx
 from tests import manager_flags
 from tests.kube.test_controller_support import ControllerProcess, wait_for
 
-from finops.devenv import controlplane, tls
+from finops_devenv import controlplane, tls
 
 
 def _issue(directory: pathlib.Path, authority: tls.TinyCA) -> None:

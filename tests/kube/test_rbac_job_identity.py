@@ -17,7 +17,7 @@ import httpx
 import pytest
 from tests.kube import _helm
 
-from finops.devenv import controlplane
+from finops_devenv import controlplane
 
 RELEASE = "finops-operator"
 JOB_SA = f"{RELEASE}-job"

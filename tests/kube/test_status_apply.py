@@ -14,8 +14,8 @@ from lightkube.config.kubeconfig import KubeConfig
 from tests.kube.test_controller_support import FINOPS, create, get, merge_patch
 
 from finops.api import conditions
-from finops.devenv import controlplane
 from finops.kube import resources, status
+from finops_devenv import controlplane
 
 NOW = dt.datetime(2026, 4, 1, 12, tzinfo=dt.UTC)
 
@@ -64,7 +64,7 @@ def test_a_stale_read_is_retried_from_a_fresh_one_and_keeps_the_other_writers_fi
     path = f"{FINOPS}/namespaces/{kube_namespace}/costjobs/stale/status"
     merge_patch(kube, path, {"status": {"lastExecutionStatus": "Success"}})
     calls: list[str] = []
-    ready = conditions.Condition("Scheduled", "True", "CronJobReady", "ok")
+    ready = conditions.DecidedCondition("Scheduled", "True", "CronJobReady", "ok")
     done = apply(
         kube,
         kube_namespace,

@@ -27,8 +27,8 @@ from tests.kube.test_controller_support import (
     wait_for,
 )
 
-from finops.devenv import controlplane, tls
-from finops.devenv import webhooks as local_webhooks
+from finops_devenv import controlplane, tls
+from finops_devenv import webhooks as local_webhooks
 
 LABEL = "finops-webhook-test"
 OFFERING_HOOK = local_webhooks.OFFERING_HOOK

@@ -1,7 +1,8 @@
-"""The bodies of our kinds (the five and Budget) as the JSON the API server holds, typed for mypy.
+"""The bodies of our kinds (the five and Budget) as the JSON the API server holds, for mypy.
 
-`finops.api.models` validates; these TypedDicts only name the keys and value types of the
-raw bodies the rest of the package reads and writes (camelCase, exactly as the contract spells
+`finops.api.models` validates; these TypedDicts (each named after its model, with `Body`
+appended) only name the keys and value types of the raw bodies the rest of the package reads
+and writes (camelCase, exactly as the contract spells
 them), so a typo in a key or a wrong value type is a type error instead of a silent `None`.
 Timestamps are RFC 3339 strings and enums their string values, as on the wire. Only keys the
 pydantic models mark required are `Required`; `tests/unit/api/test_bodies.py` keeps both in
@@ -9,10 +10,11 @@ step (no `from __future__ import annotations` here: it would hide `Required` fro
 `__required_keys__` on Python 3.11).
 """
 
-from typing import Any, Required, TypedDict
+from collections.abc import Mapping
+from typing import Any, Required, TypedDict, cast
 
 
-class ObjectMeta(TypedDict, total=False):
+class ObjectMetaBody(TypedDict, total=False):
     """The parts of metav1.ObjectMeta this package reads; the API server owns the schema."""
 
     name: str
@@ -30,37 +32,37 @@ class ObjectMeta(TypedDict, total=False):
     ownerReferences: list[dict[str, Any]]
 
 
-class CloudOptions(TypedDict, total=False):
+class CloudOptionsBody(TypedDict, total=False):
     """Options shared by the aws, gcp and azure blocks."""
 
     cloudIntegrationSecret: str
     pricingModelSource: str
 
 
-class AWSOptions(CloudOptions, total=False):
+class AWSOptionsBody(CloudOptionsBody, total=False):
     pass
 
 
-class GCPOptions(CloudOptions, total=False):
+class GCPOptionsBody(CloudOptionsBody, total=False):
     pass
 
 
-class AzureOptions(CloudOptions, total=False):
+class AzureOptionsBody(CloudOptionsBody, total=False):
     pass
 
 
-class OnPremOptions(TypedDict, total=False):
+class OnPremOptionsBody(TypedDict, total=False):
     pricingModelSource: str
 
 
-class FinOpsProviderSpec(TypedDict, total=False):
-    awsoptions: AWSOptions
-    gcpoptions: GCPOptions
-    azureoptions: AzureOptions
-    onpremoptions: OnPremOptions
+class FinOpsProviderSpecBody(TypedDict, total=False):
+    awsoptions: AWSOptionsBody
+    gcpoptions: GCPOptionsBody
+    azureoptions: AzureOptionsBody
+    onpremoptions: OnPremOptionsBody
 
 
-class Condition(TypedDict, total=False):
+class ConditionBody(TypedDict, total=False):
     """metav1.Condition, with the schema controller-gen emits for it."""
 
     type: Required[str]
@@ -71,9 +73,9 @@ class Condition(TypedDict, total=False):
     message: Required[str]
 
 
-class FinOpsProviderStatus(TypedDict, total=False):
+class FinOpsProviderStatusBody(TypedDict, total=False):
     observedGeneration: int
-    conditions: list[Condition]
+    conditions: list[ConditionBody]
     lastSyncTime: str
 
 
@@ -82,15 +84,15 @@ class Object(TypedDict, total=False):
 
     apiVersion: str
     kind: str
-    metadata: ObjectMeta
+    metadata: ObjectMetaBody
 
 
-class FinOpsProvider(Object, total=False):
-    spec: FinOpsProviderSpec
-    status: FinOpsProviderStatus
+class FinOpsProviderBody(Object, total=False):
+    spec: FinOpsProviderSpecBody
+    status: FinOpsProviderStatusBody
 
 
-class PriceRates(TypedDict, total=False):
+class PriceRatesBody(TypedDict, total=False):
     """Decimal-string rates; empty means unset. Parsed to micros elsewhere, never to floats."""
 
     cpuHour: str
@@ -102,46 +104,46 @@ class PriceRates(TypedDict, total=False):
     networkGiB: str
 
 
-class PriceBookSpec(TypedDict, total=False):
+class PriceBookSpecBody(TypedDict, total=False):
     currency: Required[str]
     valuationMode: Required[str]
-    rates: PriceRates
+    rates: PriceRatesBody
 
 
-class PriceBookStatus(TypedDict, total=False):
+class PriceBookStatusBody(TypedDict, total=False):
     active: bool
     ready: str
     observedGeneration: int
-    conditions: list[Condition]
+    conditions: list[ConditionBody]
     activePricing: dict[str, str]
 
 
-class PriceBook(Object, total=False):
-    spec: PriceBookSpec
-    status: PriceBookStatus
+class PriceBookBody(Object, total=False):
+    spec: PriceBookSpecBody
+    status: PriceBookStatusBody
 
 
-class ResourceClaim(TypedDict, total=False):
+class ResourceClaimBody(TypedDict, total=False):
     name: Required[str]
     request: str
 
 
-class ResourceRequirements(TypedDict, total=False):
+class ResourceRequirementsBody(TypedDict, total=False):
     """core/v1 ResourceRequirements, for the generated CronJob's loader container."""
 
-    claims: list[ResourceClaim]
+    claims: list[ResourceClaimBody]
     limits: dict[str, int | str]
     requests: dict[str, int | str]
 
 
-class Sharding(TypedDict, total=False):
+class ShardingBody(TypedDict, total=False):
     """Split one hour's allocation query into namespace-filtered shards (concepts/costjob)."""
 
     namespacesPerShard: int
     concurrency: int
 
 
-class CostJobSpec(TypedDict, total=False):
+class CostJobSpecBody(TypedDict, total=False):
     type: str
     databaseInitTimeout: str
     kubernetesOperationTimeout: str
@@ -151,43 +153,43 @@ class CostJobSpec(TypedDict, total=False):
     statusUpdateTimeout: str
     httpClientTimeout: str
     interval: str
-    resources: ResourceRequirements
-    sharding: Sharding
+    resources: ResourceRequirementsBody
+    sharding: ShardingBody
 
 
-class ExecutionRecord(TypedDict, total=False):
+class ExecutionRecordBody(TypedDict, total=False):
     executionTime: str
     status: str
     duration: str
     error: str
 
 
-class CostJobStatus(TypedDict, total=False):
+class CostJobStatusBody(TypedDict, total=False):
     lastExecutionTime: str
     lastSuccessfulExecutionTime: str
     lastExecutionStatus: str
-    executionHistory: list[ExecutionRecord]
-    conditions: list[Condition]
+    executionHistory: list[ExecutionRecordBody]
+    conditions: list[ConditionBody]
 
 
-class CostJob(Object, total=False):
-    spec: CostJobSpec
-    status: CostJobStatus
+class CostJobBody(Object, total=False):
+    spec: CostJobSpecBody
+    status: CostJobStatusBody
 
 
-class Margins(TypedDict, total=False):
+class MarginsBody(TypedDict, total=False):
     """Either an additive margin in micros or a factor in milli-units, never both."""
 
     absoluteMicros: int
     factorMilli: int
 
 
-class Meter(TypedDict, total=False):
+class MeterBody(TypedDict, total=False):
     name: Required[str]
-    margins: Margins
+    margins: MarginsBody
 
 
-class SubscriptionFee(TypedDict, total=False):
+class SubscriptionFeeBody(TypedDict, total=False):
     """A recurring fee: `priceMicros` per tick of `period`, ticks placed by `tickAlignment`."""
 
     period: Required[str]
@@ -196,66 +198,66 @@ class SubscriptionFee(TypedDict, total=False):
     priceMicros: Required[int]
 
 
-class Pricing(TypedDict, total=False):
-    resourcePricing: list[Meter]
-    subscriptionFee: SubscriptionFee
+class PricingBody(TypedDict, total=False):
+    resourcePricing: list[MeterBody]
+    subscriptionFee: SubscriptionFeeBody
 
 
-class ObjectReference(TypedDict, total=False):
+class ObjectReferenceBody(TypedDict, total=False):
     """A reference by name and explicit namespace; never resolved against the referrer's."""
 
     name: Required[str]
     namespace: Required[str]
 
 
-class Compatibility(TypedDict, total=False):
-    requiredOfferings: list[ObjectReference]
+class CompatibilityBody(TypedDict, total=False):
+    requiredOfferings: list[ObjectReferenceBody]
 
 
-class Lifecycle(TypedDict, total=False):
+class LifecycleBody(TypedDict, total=False):
     onParentDeactivate: str
     allowOverride: bool
 
 
-class OfferingSpec(TypedDict, total=False):
-    pricing: Required[Pricing]
-    compatibility: Compatibility
-    lifecycle: Lifecycle
+class OfferingSpecBody(TypedDict, total=False):
+    pricing: Required[PricingBody]
+    compatibility: CompatibilityBody
+    lifecycle: LifecycleBody
 
 
-class ResolvedIncludedUsage(TypedDict, total=False):
+class ResolvedIncludedUsageBody(TypedDict, total=False):
     value: int
     unit: str
 
 
-class ResolvedMeter(TypedDict, total=False):
+class ResolvedMeterBody(TypedDict, total=False):
     name: Required[str]
     unitPriceMicros: int
-    includedUsage: ResolvedIncludedUsage
+    includedUsage: ResolvedIncludedUsageBody
 
 
-class ResolvedPricing(TypedDict, total=False):
+class ResolvedPricingBody(TypedDict, total=False):
     resolvedAt: str
-    meters: list[ResolvedMeter]
-    subscriptionFee: SubscriptionFee
+    meters: list[ResolvedMeterBody]
+    subscriptionFee: SubscriptionFeeBody
 
 
-class OfferingStatus(TypedDict, total=False):
-    resolvedPricing: ResolvedPricing
-    conditions: list[Condition]
+class OfferingStatusBody(TypedDict, total=False):
+    resolvedPricing: ResolvedPricingBody
+    conditions: list[ConditionBody]
     ready: str
 
 
-class Offering(Object, total=False):
-    spec: OfferingSpec
-    status: OfferingStatus
+class OfferingBody(Object, total=False):
+    spec: OfferingSpecBody
+    status: OfferingStatusBody
 
 
-class SubscriptionParent(TypedDict, total=False):
-    subscriptionRef: Required[ObjectReference]
+class SubscriptionParentBody(TypedDict, total=False):
+    subscriptionRef: Required[ObjectReferenceBody]
 
 
-class UsageSource(TypedDict, total=False):
+class UsageSourceBody(TypedDict, total=False):
     """Selects allocation rows; at least one field must be set (a CEL rule)."""
 
     resourceType: str
@@ -263,96 +265,96 @@ class UsageSource(TypedDict, total=False):
     namespace: str
 
 
-class TargetReference(TypedDict, total=False):
+class TargetReferenceBody(TypedDict, total=False):
     apiVersion: str
     kind: str
     namespace: str
     name: str
 
 
-class SubscriptionLifecycle(TypedDict, total=False):
+class SubscriptionLifecycleBody(TypedDict, total=False):
     onParentDeactivate: str
-    targetRef: TargetReference
+    targetRef: TargetReferenceBody
 
 
-class SubscriptionSpec(TypedDict, total=False):
-    offeringRef: Required[ObjectReference]
-    parent: SubscriptionParent
-    usageSources: list[UsageSource]
-    lifecycle: SubscriptionLifecycle
+class SubscriptionSpecBody(TypedDict, total=False):
+    offeringRef: Required[ObjectReferenceBody]
+    parent: SubscriptionParentBody
+    usageSources: list[UsageSourceBody]
+    lifecycle: SubscriptionLifecycleBody
 
 
-class CostMetric(TypedDict, total=False):
+class CostMetricBody(TypedDict, total=False):
     name: Required[str]
     current: int
     projected: int
 
 
-class CostBucket(TypedDict, total=False):
+class CostBucketBody(TypedDict, total=False):
     granularity: str
     start: str
     endExclusive: str
     current: int
     projected: int
-    breakdown: list[CostMetric]
+    breakdown: list[CostMetricBody]
 
 
-class SubscriptionStatus(TypedDict, total=False):
+class SubscriptionStatusBody(TypedDict, total=False):
     ready: str
     activatedAt: str
     deactivatedAt: str
     compatibilityRoot: str
-    costs: list[CostBucket]
-    conditions: list[Condition]
+    costs: list[CostBucketBody]
+    conditions: list[ConditionBody]
 
 
-class Subscription(Object, total=False):
-    spec: SubscriptionSpec
-    status: SubscriptionStatus
+class SubscriptionBody(Object, total=False):
+    spec: SubscriptionSpecBody
+    status: SubscriptionStatusBody
 
 
 # Budget: our extension to the group (not part of the reference product).
 
 
-class LabelSelectorRequirement(TypedDict, total=False):
+class LabelSelectorRequirementBody(TypedDict, total=False):
     key: Required[str]
     operator: Required[str]
     values: list[str]
 
 
-class LabelSelector(TypedDict, total=False):
+class LabelSelectorBody(TypedDict, total=False):
     matchLabels: dict[str, str]
-    matchExpressions: list[LabelSelectorRequirement]
+    matchExpressions: list[LabelSelectorRequirementBody]
 
 
-class BudgetThreshold(TypedDict, total=False):
+class BudgetThresholdBody(TypedDict, total=False):
     percent: Required[int]
     basis: str
 
 
-class BudgetSpec(TypedDict, total=False):
+class BudgetSpecBody(TypedDict, total=False):
     amount: Required[str]
     currency: Required[str]
     period: str
-    subscriptionSelector: LabelSelector
-    thresholds: list[BudgetThreshold]
+    subscriptionSelector: LabelSelectorBody
+    thresholds: list[BudgetThresholdBody]
 
 
-class CrossedThreshold(TypedDict, total=False):
+class CrossedThresholdBody(TypedDict, total=False):
     percent: Required[int]
     basis: Required[str]
     crossedAt: Required[str]
     valueMicros: Required[int]
 
 
-class BudgetForecast(TypedDict, total=False):
+class BudgetForecastBody(TypedDict, total=False):
     spentMicros: int
     futureFeesMicros: int
     futureUsageMicros: int
     usageWindowHours: int
 
 
-class BudgetStatus(TypedDict, total=False):
+class BudgetStatusBody(TypedDict, total=False):
     observedGeneration: int
     periodStart: str
     periodEnd: str
@@ -364,11 +366,39 @@ class BudgetStatus(TypedDict, total=False):
     spent: str
     forecast: str
     state: str
-    forecastDetail: BudgetForecast
-    thresholds: list[CrossedThreshold]
-    conditions: list[Condition]
+    forecastDetail: BudgetForecastBody
+    thresholds: list[CrossedThresholdBody]
+    conditions: list[ConditionBody]
 
 
-class Budget(Object, total=False):
-    spec: BudgetSpec
-    status: BudgetStatus
+class BudgetBody(Object, total=False):
+    spec: BudgetSpecBody
+    status: BudgetStatusBody
+
+
+# The body of each kind as the API server sends it, typed once where it enters (a watch store,
+# a read): the server has validated it against the CRD schema these TypedDicts follow.
+
+
+def as_finops_provider(body: Mapping[str, object]) -> FinOpsProviderBody:
+    return cast(FinOpsProviderBody, body)
+
+
+def as_pricebook(body: Mapping[str, object]) -> PriceBookBody:
+    return cast(PriceBookBody, body)
+
+
+def as_costjob(body: Mapping[str, object]) -> CostJobBody:
+    return cast(CostJobBody, body)
+
+
+def as_offering(body: Mapping[str, object]) -> OfferingBody:
+    return cast(OfferingBody, body)
+
+
+def as_subscription(body: Mapping[str, object]) -> SubscriptionBody:
+    return cast(SubscriptionBody, body)
+
+
+def as_budget(body: Mapping[str, object]) -> BudgetBody:
+    return cast(BudgetBody, body)

@@ -17,7 +17,7 @@ _Entry = TypeVar("_Entry", bound=Mapping[str, Any])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Condition:
+class DecidedCondition:
     """A decided condition, before it meets the object's current list."""
 
     type: str
@@ -41,11 +41,11 @@ def find(conditions: Sequence[_Entry] | None, type_: str) -> _Entry | None:
 
 def set_condition(
     conditions: Sequence[Mapping[str, Any]] | None,
-    new: Condition,
+    new: DecidedCondition,
     *,
     generation: int | None,
     now: dt.datetime,
-) -> list[bodies.Condition]:
+) -> list[bodies.ConditionBody]:
     """A new list with `new` applied; other types keep their place and content."""
     old = find(conditions, new.type)
     transition = (
@@ -53,7 +53,7 @@ def set_condition(
         if old is not None and old.get("status") == new.status and old.get("lastTransitionTime")
         else rfc3339(now)
     )
-    entry: bodies.Condition = {
+    entry: bodies.ConditionBody = {
         "type": new.type,
         "status": new.status,
         "reason": new.reason,
@@ -62,14 +62,14 @@ def set_condition(
     }
     if generation is not None:
         entry["observedGeneration"] = generation
-    result: list[bodies.Condition] = []
+    result: list[bodies.ConditionBody] = []
     placed = False
     for cond in conditions or ():
         if cond.get("type") == new.type:
             result.append(entry)
             placed = True
         else:
-            result.append(cast(bodies.Condition, dict(cond)))
+            result.append(cast(bodies.ConditionBody, dict(cond)))
     if not placed:
         result.append(entry)
     return result

@@ -48,10 +48,8 @@ class OpenAPI:
 Quantity = Annotated[
     int | str, OpenAPI.of(pattern=QUANTITY_PATTERN, **{"x-kubernetes-int-or-string": True})
 ]
-# metav1.Duration is a plain string on the wire (Go duration syntax, e.g. "90s", "1h").
-Duration = str
-# metav1.ConditionStatus: "True", "False" or "Unknown"; the schema leaves it an open string.
-ConditionStatus = str
+# metav1.Duration (the CostJob timeouts, `interval`) and metav1.ConditionStatus ("True",
+# "False", "Unknown") are plain strings on the wire; the schema leaves them open strings.
 
 
 class _Model(BaseModel):
@@ -272,7 +270,7 @@ class PriceBookSpec(_Model):
 
 class PriceBookStatus(_Model):
     active: bool | None = None
-    ready: ConditionStatus | None = None
+    ready: str | None = None
     observed_generation: int | None = None
     conditions: Annotated[list[Condition] | None, Field(json_schema_extra=_CONDITIONS_LIST)] = None
     active_pricing: dict[str, str] | None = None
@@ -290,15 +288,15 @@ class Sharding(_Model):
 
 class CostJobSpec(_Model):
     type: CostJobType = CostJobType.RESOURCE_COST_COLLECTION
-    database_init_timeout: Duration = "2m"
-    kubernetes_operation_timeout: Duration = "1m"
-    open_cost_fetch_timeout: Duration = "2m"
-    database_insert_timeout: Duration = "3m"
+    database_init_timeout: str = "2m"
+    kubernetes_operation_timeout: str = "1m"
+    open_cost_fetch_timeout: str = "2m"
+    database_insert_timeout: str = "3m"
     # Kept for compatibility; it has no effect and carries no default.
-    database_views_refresh_timeout: Duration | None = None
-    status_update_timeout: Duration = "1m"
-    http_client_timeout: Duration = "90s"
-    interval: Duration = "24h"
+    database_views_refresh_timeout: str | None = None
+    status_update_timeout: str = "1m"
+    http_client_timeout: str = "90s"
+    interval: str = "24h"
     resources: ResourceRequirements | None = None
     sharding: Sharding | None = None
 
@@ -383,7 +381,7 @@ class ResolvedPricing(_Model):
 class OfferingStatus(_Model):
     resolved_pricing: ResolvedPricing | None = None
     conditions: Annotated[list[Condition] | None, Field(json_schema_extra=_CONDITIONS_LIST)] = None
-    ready: ConditionStatus | None = None
+    ready: str | None = None
 
 
 # ---------------------------------------------------------------- Subscription
@@ -436,7 +434,7 @@ class CostBucket(_Model):
 
 
 class SubscriptionStatus(_Model):
-    ready: ConditionStatus | None = None
+    ready: str | None = None
     activated_at: datetime | None = None
     deactivated_at: datetime | None = None
     compatibility_root: str | None = None
@@ -633,8 +631,3 @@ KINDS: tuple[type[_Object], ...] = (
     Budget,
 )
 BY_KIND: dict[str, type[_Object]] = {k.kind_name: k for k in KINDS}
-
-
-def parse(obj: dict[str, Any]) -> _Object:
-    """Parse a raw object body into the model of its kind (KeyError for an unknown kind)."""
-    return BY_KIND[str(obj.get("kind"))].model_validate(obj)

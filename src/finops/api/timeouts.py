@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+from finops.api import environment
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Timeout:
@@ -23,27 +25,41 @@ class Timeout:
 
 TABLE: tuple[Timeout, ...] = (
     Timeout(
-        "database_init", "databaseInitTimeout", "DATABASE_INIT_TIMEOUT", dt.timedelta(minutes=2)
+        "database_init",
+        "databaseInitTimeout",
+        environment.Env.DATABASE_INIT_TIMEOUT,
+        dt.timedelta(minutes=2),
     ),
     Timeout(
         "kubernetes_operation",
         "kubernetesOperationTimeout",
-        "K8S_OPERATION_TIMEOUT",
+        environment.Env.K8S_OPERATION_TIMEOUT,
         dt.timedelta(minutes=1),
     ),
     Timeout(
-        "opencost_fetch", "openCostFetchTimeout", "OPENCOST_FETCH_TIMEOUT", dt.timedelta(minutes=2)
+        "opencost_fetch",
+        "openCostFetchTimeout",
+        environment.Env.OPENCOST_FETCH_TIMEOUT,
+        dt.timedelta(minutes=2),
     ),
     Timeout(
         "database_insert",
         "databaseInsertTimeout",
-        "DATABASE_INSERT_TIMEOUT",
+        environment.Env.DATABASE_INSERT_TIMEOUT,
         dt.timedelta(minutes=3),
     ),
     Timeout(
-        "status_update", "statusUpdateTimeout", "STATUS_UPDATE_TIMEOUT", dt.timedelta(minutes=1)
+        "status_update",
+        "statusUpdateTimeout",
+        environment.Env.STATUS_UPDATE_TIMEOUT,
+        dt.timedelta(minutes=1),
     ),
-    Timeout("http_client", "httpClientTimeout", "HTTP_CLIENT_TIMEOUT", dt.timedelta(seconds=90)),
+    Timeout(
+        "http_client",
+        "httpClientTimeout",
+        environment.Env.HTTP_CLIENT_TIMEOUT,
+        dt.timedelta(seconds=90),
+    ),
 )
 """In the order the reference lists them (`databaseViewsRefreshTimeout` does nothing)."""
 

@@ -24,7 +24,7 @@ from typing import Any
 import celpy
 from celpy import adapter, evaluation
 
-from finops.api import crds, models, rules
+from finops.api import crds, models
 
 Schema = dict[str, Any]
 Path = tuple[str | int, ...]
@@ -391,4 +391,3 @@ def is_ours(obj: dict[str, Any]) -> bool:
 
 
 # Keep the rule table importable from here for callers that list what is checked.
-RULES = rules.RULES

@@ -103,8 +103,8 @@ class SubscriptionView:
     finalizers: tuple[str, ...]
     deleting: bool
     """`metadata.deletionTimestamp` is set."""
-    spec: bodies.SubscriptionSpec
-    status: bodies.SubscriptionStatus
+    spec: bodies.SubscriptionSpecBody
+    status: bodies.SubscriptionStatusBody
     offering_namespace: str
     offering_name: str
     parent: Key | None
@@ -135,7 +135,7 @@ class SubscriptionView:
         return str(self.status.get("ready", "")) == "True"
 
     @classmethod
-    def parse(cls, body: bodies.Subscription | Mapping[str, Any]) -> SubscriptionView:
+    def parse(cls, body: bodies.SubscriptionBody | Mapping[str, Any]) -> SubscriptionView:
         """Read a raw Subscription body (never raises on a missing or malformed field); a
         `Frozen` body is read once."""
         if type(body) is Frozen:
@@ -147,7 +147,7 @@ class SubscriptionView:
         return cls._parse(body)
 
     @classmethod
-    def _parse(cls, body: bodies.Subscription | Mapping[str, Any]) -> SubscriptionView:
+    def _parse(cls, body: bodies.SubscriptionBody | Mapping[str, Any]) -> SubscriptionView:
         meta: Mapping[str, Any] = body.get("metadata") or {}
         spec = _mapping(body.get("spec"))
         status = _mapping(body.get("status"))
@@ -164,8 +164,8 @@ class SubscriptionView:
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
             finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
             deleting=bool(meta.get("deletionTimestamp")),
-            spec=cast(bodies.SubscriptionSpec, spec),
-            status=cast(bodies.SubscriptionStatus, status),
+            spec=cast(bodies.SubscriptionSpecBody, spec),
+            status=cast(bodies.SubscriptionStatusBody, status),
             offering_namespace=str(offering.get("namespace") or ""),
             offering_name=str(offering.get("name") or ""),
             parent=ref_key(parent.get("subscriptionRef")) if isinstance(parent, Mapping) else None,

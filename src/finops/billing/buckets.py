@@ -24,12 +24,9 @@ from typing import Protocol
 from finops.api import bodies, models
 from finops.billing import fees, money, ticks, usage
 
-Granularity = models.Granularity
-"""A bucket's span, as `status.costs[].granularity` names it."""
-
 
 class SettledCharge(Protocol):
-    """A usage charge row as read back from the ledger or computed by `usage.usage_charges`."""
+    """A usage charge row as read back from the ledger or computed by the usage meters."""
 
     @property
     def hour(self) -> dt.datetime: ...
@@ -58,9 +55,9 @@ class MeterCost:
     current: int = 0
     projected: int = 0
 
-    def to_status(self) -> bodies.CostMetric:
+    def to_status(self) -> bodies.CostMetricBody:
         """The API shape, zero fields omitted."""
-        body: bodies.CostMetric = {"name": self.name}
+        body: bodies.CostMetricBody = {"name": self.name}
         if self.current:
             body["current"] = self.current
         if self.projected:
@@ -69,19 +66,19 @@ class MeterCost:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class CostBucket:
+class BucketCosts:
     """One `status.costs` entry."""
 
-    granularity: Granularity
+    granularity: models.Granularity
     start: dt.datetime
     end_exclusive: dt.datetime
     current: int = 0
     projected: int = 0
     breakdown: tuple[MeterCost, ...] = ()
 
-    def to_status(self) -> bodies.CostBucket:
+    def to_status(self) -> bodies.CostBucketBody:
         """The API shape: `current`, `projected` and `breakdown` omitted when zero/empty."""
-        body: bodies.CostBucket = {
+        body: bodies.CostBucketBody = {
             "granularity": self.granularity.value,
             "start": ticks.rfc3339(self.start),
             "endExclusive": ticks.rfc3339(self.end_exclusive),
@@ -95,15 +92,15 @@ class CostBucket:
         return body
 
 
-def windows(scheduled_at: dt.datetime) -> list[tuple[Granularity, dt.datetime, dt.datetime]]:
+def windows(scheduled_at: dt.datetime) -> list[tuple[models.Granularity, dt.datetime, dt.datetime]]:
     """The three half-open windows for a run scheduled at `scheduled_at` (truncated to the hour)."""
     anchor = ticks.floor_hour(scheduled_at)
     day = ticks.floor_day(anchor)
     month = ticks.month_index(anchor)
     return [
-        (Granularity.HOUR, anchor, anchor + ticks.HOUR),
-        (Granularity.DAY, day, day + ticks.DAY),
-        (Granularity.MONTH, ticks.month_start(month), ticks.month_start(month + 1)),
+        (models.Granularity.HOUR, anchor, anchor + ticks.HOUR),
+        (models.Granularity.DAY, day, day + ticks.DAY),
+        (models.Granularity.MONTH, ticks.month_start(month), ticks.month_start(month + 1)),
     ]
 
 
@@ -112,7 +109,7 @@ def build(
     fee: fees.FeeSchedule | None,
     usage_charges: Iterable[SettledCharge] = (),
     settled_fees: Iterable[SettledCharge] | None = None,
-) -> list[CostBucket]:
+) -> list[BucketCosts]:
     """The three buckets of one Subscription for the run scheduled at `scheduled_at`.
 
     `fee` is None for an Offering without `subscriptionFee`. `usage_charges` are usage rows
@@ -123,11 +120,11 @@ def build(
     anchor = ticks.floor_hour(scheduled_at)
     charges = list(usage_charges)
     for charge in charges:
-        if charge.source == usage.Meter.SUBSCRIPTION:
+        if charge.source == models.MeterName.SUBSCRIPTION:
             raise ValueError("pass usage charges only; the fee is computed from the FeeSchedule")
     fee_rows = None if settled_fees is None else list(settled_fees)
     order = {meter.value: i for i, meter in enumerate(usage.USAGE_METERS)}
-    buckets: list[CostBucket] = []
+    buckets: list[BucketCosts] = []
     for granularity, start, end in windows(anchor):
         breakdown: list[MeterCost] = []
         fee_current = fee_projected = 0
@@ -137,7 +134,9 @@ def build(
         if fee_rows is not None:
             fee_current = _fee_sum(fee_rows, start, min(anchor, end))
         if fee_current or fee_projected:
-            breakdown.append(MeterCost(usage.Meter.SUBSCRIPTION.value, fee_current, fee_projected))
+            breakdown.append(
+                MeterCost(models.MeterName.SUBSCRIPTION.value, fee_current, fee_projected)
+            )
         per_meter: dict[str, int] = {}
         for charge in charges:
             hour = ticks.utc(charge.hour)
@@ -147,7 +146,7 @@ def build(
             if per_meter[name]:
                 breakdown.append(MeterCost(name, current=per_meter[name]))
         buckets.append(
-            CostBucket(
+            BucketCosts(
                 granularity=granularity,
                 start=start,
                 end_exclusive=end,
@@ -164,6 +163,6 @@ def _fee_sum(rows: Iterable[SettledCharge], start: dt.datetime, end: dt.datetime
     return sum(r.amount_micros for r in rows if start <= ticks.utc(r.hour) < end)
 
 
-def to_status(buckets: Iterable[CostBucket]) -> list[bodies.CostBucket]:
+def to_status(buckets: Iterable[BucketCosts]) -> list[bodies.CostBucketBody]:
     """`status.costs` as written to the Subscription."""
     return [bucket.to_status() for bucket in buckets]

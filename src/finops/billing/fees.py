@@ -16,7 +16,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from finops.api import bodies
+from finops.api import bodies, models
 from finops.billing import money, ticks
 
 
@@ -44,28 +44,28 @@ class FeeSpec:
     """An Offering's `spec.pricing.subscriptionFee`, checked once and then trusted."""
 
     price_micros: int
-    tick_alignment: ticks.TickAlignment
+    tick_alignment: models.TickAlignment
     period: str
     min_periods: int | None = None
 
     def __post_init__(self) -> None:
         try:
             # Accept the raw API string too, so `is` comparisons below stay valid.
-            object.__setattr__(self, "tick_alignment", ticks.TickAlignment(self.tick_alignment))
+            object.__setattr__(self, "tick_alignment", models.TickAlignment(self.tick_alignment))
             ticks.parse_period(self.tick_alignment, self.period)
         except ValueError as err:
             raise FeeSpecError(f"subscriptionFee: {err}") from None
 
     @classmethod
-    def from_fee_block(cls, block: bodies.SubscriptionFee) -> FeeSpec:
+    def from_fee_block(cls, block: bodies.SubscriptionFeeBody) -> FeeSpec:
         """Build from the raw `subscriptionFee` mapping of a Kubernetes object."""
         price = _positive_int(block, "priceMicros", required=True)
         assert price is not None
         alignment_raw = block.get("tickAlignment")
         try:
-            alignment = ticks.TickAlignment(str(alignment_raw))
+            alignment = models.TickAlignment(str(alignment_raw))
         except ValueError:
-            allowed = ", ".join(a.value for a in ticks.TickAlignment)
+            allowed = ", ".join(a.value for a in models.TickAlignment)
             raise FeeSpecError(
                 f"subscriptionFee.tickAlignment must be one of {allowed}, got {alignment_raw!r}"
             ) from None
@@ -80,7 +80,7 @@ class FeeSpec:
         )
 
     @classmethod
-    def from_offering_spec(cls, spec: bodies.OfferingSpec) -> FeeSpec | None:
+    def from_offering_spec(cls, spec: bodies.OfferingSpecBody) -> FeeSpec | None:
         """The fee of an Offering's `spec`, or None for an Offering without one."""
         pricing = spec.get("pricing") or {}
         block = pricing.get("subscriptionFee")
@@ -129,7 +129,7 @@ class FeeSchedule:
         clock = spec.clock(activated_at)
         raw_end = None if deactivated_at is None else ticks.utc(deactivated_at)
         end = None if raw_end is None else clock.snap(raw_end)
-        if spec.tick_alignment is ticks.TickAlignment.ACTIVATED_AT:
+        if spec.tick_alignment is models.TickAlignment.ACTIVATED_AT:
             opening = spec.price_micros
         else:
             # Whole seconds, integer division: rounded down to a whole micro.

@@ -36,7 +36,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import cast
 
-from finops.api import bodies
+from finops.api import bodies, models
 from finops.billing import fees, money, periods, ticks, usage
 
 FOCUS_VERSION = "1.2"
@@ -220,8 +220,8 @@ class LedgerCharge:
     """The Subscription's own labels under that version."""
     offering_namespace: str = ""
     offering_uid: str = ""
-    offering_spec: bodies.OfferingSpec = dataclasses.field(
-        default_factory=lambda: cast(bodies.OfferingSpec, {})
+    offering_spec: bodies.OfferingSpecBody = dataclasses.field(
+        default_factory=lambda: cast(bodies.OfferingSpecBody, {})
     )
     """The spec of the Offering version that priced the row (fee terms, margins)."""
     price_list: PriceList | None = None
@@ -249,9 +249,9 @@ def tags(charge: LedgerCharge) -> dict[str, str] | None:
 
 
 _PERIOD_UNITS = {
-    ticks.TickAlignment.HOUR_BOUNDARY: "Hour",
-    ticks.TickAlignment.DAY_BOUNDARY: "Day",
-    ticks.TickAlignment.MONTH_BOUNDARY: "Month",
+    models.TickAlignment.HOUR_BOUNDARY: "Hour",
+    models.TickAlignment.DAY_BOUNDARY: "Day",
+    models.TickAlignment.MONTH_BOUNDARY: "Month",
 }
 _DURATION_UNITS = {"h": "Hour", "m": "Minute", "s": "Second"}
 
@@ -266,7 +266,7 @@ def fee_terms(charge: LedgerCharge) -> fees.FeeSpec | None:
 
 def fee_unit(spec: fees.FeeSpec) -> str:
     """A fee's period as a FOCUS unit: `Hour`, `Day`, `Month`, `3 Months`, `90 Minutes`."""
-    if spec.tick_alignment is ticks.TickAlignment.ACTIVATED_AT:
+    if spec.tick_alignment is models.TickAlignment.ACTIVATED_AT:
         count, unit = int(spec.period[:-1]), _DURATION_UNITS[spec.period[-1]]
     else:
         count, unit = int(spec.period), _PERIOD_UNITS[spec.tick_alignment]
@@ -289,7 +289,7 @@ def _usage_prices(charge: LedgerCharge) -> tuple[Decimal, Decimal]:
     if charge.price_list is None:
         stored = units(charge.unit_price_micros)
         return stored, stored
-    meter = usage.Meter(charge.source)
+    meter = models.MeterName(charge.source)
     rate = usage.Rates.from_micros(charge.price_list.rates).for_meter(meter)
     margins = {m.meter: m.margin for m in _pricing(charge).meters}
     margined = margins.get(meter, usage.Margin()).apply(rate)
@@ -304,7 +304,7 @@ def _pricing(charge: LedgerCharge) -> usage.UsagePricing:
 
 
 @dataclasses.dataclass(frozen=True)
-class Pricing:
+class RowPricing:
     """A row's quantity, unit, unit prices and the exact costs they make."""
 
     quantity: Decimal
@@ -321,15 +321,15 @@ class Pricing:
         return _EXACT.multiply(self.contracted_price, self.quantity)
 
 
-def pricing(charge: LedgerCharge) -> Pricing:
+def pricing(charge: LedgerCharge) -> RowPricing:
     """How the row was priced, in FOCUS terms."""
     if not charge.is_fee:
         listed, contracted = _usage_prices(charge)
-        return Pricing(charge.quantity, UNITS[charge.source], listed, contracted)
+        return RowPricing(charge.quantity, UNITS[charge.source], listed, contracted)
     spec = fee_terms(charge)
     price = units(charge.unit_price_micros if spec is None else spec.price_micros)
     unit = UNITS[FEE_SOURCE] if spec is None else fee_unit(spec)
-    return Pricing(_fee_quantity(charge, spec), unit, price, price)
+    return RowPricing(_fee_quantity(charge, spec), unit, price, price)
 
 
 def sku(charge: LedgerCharge) -> tuple[str, str, dict[str, str] | None]:
@@ -474,25 +474,3 @@ def json_chunks(rows: Iterable[Mapping[str, Value]]) -> Iterator[str]:
         yield sep + json.dumps(body, ensure_ascii=False, separators=(",", ":"))
         sep = ","
     yield "]\n"
-
-
-def problems(r: Mapping[str, Value]) -> list[str]:
-    """What in a row breaks the column table: missing columns, nulls, types, allowed values."""
-    found = [f"{name}: missing" for name in NAMES if name not in r]
-    for column in COLUMNS:
-        value = r.get(column.name)
-        if value is None:
-            if not column.nullable and column.name in r:
-                found.append(f"{column.name}: null, but the column does not allow nulls")
-            continue
-        expected: type | tuple[type, ...] = {
-            DataType.DECIMAL: Decimal,
-            DataType.STRING: str,
-            DataType.DATETIME: dt.datetime,
-            DataType.JSON: dict,
-        }[column.data_type]
-        if not isinstance(value, expected):
-            found.append(f"{column.name}: {type(value).__name__}, not {column.data_type}")
-        elif column.allowed and value not in column.allowed:
-            found.append(f"{column.name}: {value!r} is not an allowed value")
-    return found

@@ -76,7 +76,7 @@ def parse_rate(field: str, value: object) -> Micros:
     return Micros(micros)
 
 
-def parse_rates(rates: bodies.PriceRates | None) -> dict[str, Micros]:
+def parse_rates(rates: bodies.PriceRatesBody | None) -> dict[str, Micros]:
     """Parse a PriceBook's `spec.rates` block; absent and empty fields are 0 (unset).
 
     Raises `RateParseError` for the first field, in API order, that does not parse.

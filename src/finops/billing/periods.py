@@ -21,12 +21,9 @@ import re
 import zoneinfo
 from collections.abc import Mapping
 
+from finops.api import environment
 from finops.billing import ticks
 
-TIME_ZONE_ENV = "FINOPS_BILLING_TIME_ZONE"
-"""The time zone whose calendar months are the billing periods (an IANA name)."""
-GRACE_ENV = "FINOPS_PERIOD_GRACE_HOURS"
-"""Whole hours after a period's end before it may close (late data still lands in it)."""
 DEFAULT_TIME_ZONE = "UTC"
 DEFAULT_GRACE_HOURS = 24
 _CHECKED_YEARS = range(2000, 2101)
@@ -59,10 +56,13 @@ class Calendar:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Calendar:
         """Both settings from the environment; a bad value raises `SettingsError`."""
-        zone = env.get(TIME_ZONE_ENV, "").strip() or DEFAULT_TIME_ZONE
-        raw = env.get(GRACE_ENV, "").strip()
+        zone = env.get(environment.Env.FINOPS_BILLING_TIME_ZONE, "").strip() or DEFAULT_TIME_ZONE
+        raw = env.get(environment.Env.FINOPS_PERIOD_GRACE_HOURS, "").strip()
         if raw and not re.fullmatch(r"[0-9]{1,5}", raw):
-            raise SettingsError(f"{GRACE_ENV} must be a whole number of hours, got {raw!r}")
+            raise SettingsError(
+                f"{environment.Env.FINOPS_PERIOD_GRACE_HOURS} must be a whole number of hours, "
+                f"got {raw!r}"
+            )
         hours = int(raw) if raw else DEFAULT_GRACE_HOURS
         check_time_zone(zone)
         return cls(zone, dt.timedelta(hours=hours))
@@ -107,13 +107,16 @@ def check_time_zone(name: str) -> None:
     try:
         zone = zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise SettingsError(f"{TIME_ZONE_ENV} {name!r} is not a known IANA time zone") from None
+        raise SettingsError(
+            f"{environment.Env.FINOPS_BILLING_TIME_ZONE} {name!r} is not a known IANA time zone"
+        ) from None
     for year in _CHECKED_YEARS:
         for month in (1, 4, 7, 10):
             start = _local_month(year, month, zone)
             if start.minute or start.second:
                 raise SettingsError(
-                    f"{TIME_ZONE_ENV} {name!r}: months there start at {start:%H:%M} UTC; "
+                    f"{environment.Env.FINOPS_BILLING_TIME_ZONE} {name!r}: months there start at "
+                    f"{start:%H:%M} UTC; "
                     "billing periods must start on a whole UTC hour"
                 )
 

@@ -10,7 +10,7 @@ lower-case, e.g. `deployment`), and `name` is then the controller name.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from finops.api import bodies, models
@@ -27,7 +27,7 @@ def _text(entry: Mapping[str, Any], key: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class UsageSource:
+class SourceFilter:
     """One `usageSources` entry; an empty string means the field is not set."""
 
     resource_type: str = ""
@@ -35,7 +35,7 @@ class UsageSource:
     namespace: str = ""
 
     @classmethod
-    def from_dict(cls, entry: Mapping[str, Any]) -> UsageSource:
+    def from_dict(cls, entry: Mapping[str, Any]) -> SourceFilter:
         """Build from one raw entry of a Subscription's `spec.usageSources`."""
         return cls(_text(entry, "resourceType"), _text(entry, "name"), _text(entry, "namespace"))
 
@@ -57,19 +57,7 @@ class UsageSource:
         return not self.name or row.controller_name == self.name
 
 
-def from_subscription_spec(spec: bodies.SubscriptionSpec) -> tuple[UsageSource, ...]:
+def from_subscription_spec(spec: bodies.SubscriptionSpecBody) -> tuple[SourceFilter, ...]:
     """The usage sources of a Subscription's `spec` (none when the field is absent)."""
-    entries: Sequence[bodies.UsageSource] = spec.get("usageSources") or ()
-    return tuple(UsageSource.from_dict(entry) for entry in entries)
-
-
-def matches_any(sources: Iterable[UsageSource], row: allocation.AllocationRow) -> bool:
-    """True when at least one entry selects the row (entries add, OR)."""
-    return any(source.matches(row) for source in sources)
-
-
-def select(
-    sources: Sequence[UsageSource], rows: Iterable[allocation.AllocationRow]
-) -> list[allocation.AllocationRow]:
-    """The rows the sources select, each once however many entries match it, in input order."""
-    return [row for row in rows if matches_any(sources, row)]
+    entries: Sequence[bodies.UsageSourceBody] = spec.get("usageSources") or ()
+    return tuple(SourceFilter.from_dict(entry) for entry in entries)

@@ -97,7 +97,7 @@ def _price_list(charge: focus.LedgerCharge) -> str:
     return "" if book is None else f"{book.namespace}/{book.name}@{book.digest[:12]}"
 
 
-def _line_key(c: focus.LedgerCharge, priced: focus.Pricing) -> tuple[object, ...]:
+def _line_key(c: focus.LedgerCharge, priced: focus.RowPricing) -> tuple[object, ...]:
     return (
         c.subscription,
         c.subscription_uid,
@@ -112,7 +112,7 @@ def _line_key(c: focus.LedgerCharge, priced: focus.Pricing) -> tuple[object, ...
 
 
 def _lines(charges: Iterable[focus.LedgerCharge]) -> tuple[Line, ...]:
-    groups: dict[tuple[object, ...], list[tuple[focus.LedgerCharge, focus.Pricing]]] = {}
+    groups: dict[tuple[object, ...], list[tuple[focus.LedgerCharge, focus.RowPricing]]] = {}
     for c in charges:
         priced = focus.pricing(c)
         groups.setdefault(_line_key(c, priced), []).append((c, priced))

@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 
 from finops.api import models
 
-UTC = dt.UTC
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
 DAY = dt.timedelta(days=1)
 # The fixed month used as the MonthBoundary proration denominator: 365.25 / 12 days.
@@ -33,68 +32,64 @@ PERIOD_MISMATCH_MESSAGE = (
 )
 
 
-TickAlignment = models.TickAlignment
-"""The grid tick boundaries sit on (`spec.pricing.subscriptionFee.tickAlignment`)."""
-
-
 class PeriodError(ValueError):
     """A `period` that does not fit its `tickAlignment`, or that is zero."""
 
 
 def utc(t: dt.datetime) -> dt.datetime:
-    """The same instant in UTC; a naive datetime is refused rather than guessed at. Already
-    in UTC, `t` itself (a fee row's hours pass through here a few times each)."""
-    if t.tzinfo is UTC:
+    """The same instant in dt.UTC; a naive datetime is refused rather than guessed at. Already
+    in dt.UTC, `t` itself (a fee row's hours pass through here a few times each)."""
+    if t.tzinfo is dt.UTC:
         return t
     if t.tzinfo is None or t.utcoffset() is None:
-        raise ValueError(f"datetime {t.isoformat()} has no timezone; billing needs aware UTC")
-    return t.astimezone(UTC)
+        raise ValueError(f"datetime {t.isoformat()} has no timezone; billing needs aware dt.UTC")
+    return t.astimezone(dt.UTC)
 
 
 def floor_hour(t: dt.datetime) -> dt.datetime:
-    """Start of the UTC hour containing `t`."""
+    """Start of the dt.UTC hour containing `t`."""
     return utc(t).replace(minute=0, second=0, microsecond=0)
 
 
 def floor_day(t: dt.datetime) -> dt.datetime:
-    """Midnight UTC starting the day containing `t`."""
+    """Midnight dt.UTC starting the day containing `t`."""
     return utc(t).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def month_index(t: dt.datetime) -> int:
-    """Months since year 0 of the UTC month containing `t` (for month arithmetic on ints)."""
+    """Months since year 0 of the dt.UTC month containing `t` (for month arithmetic on ints)."""
     u = utc(t)
     return u.year * 12 + (u.month - 1)
 
 
 def month_start(index: int) -> dt.datetime:
-    """The 1st at 00:00 UTC of the month with `month_index` `index`."""
+    """The 1st at 00:00 dt.UTC of the month with `month_index` `index`."""
     year, month0 = divmod(index, 12)
-    return dt.datetime(year, month0 + 1, 1, tzinfo=UTC)
+    return dt.datetime(year, month0 + 1, 1, tzinfo=dt.UTC)
 
 
 def floor_month(t: dt.datetime) -> dt.datetime:
-    """The 1st at 00:00 UTC of the month containing `t`."""
+    """The 1st at 00:00 dt.UTC of the month containing `t`."""
     return month_start(month_index(t))
 
 
 def is_whole_hour(t: dt.datetime) -> bool:
-    """True when `t` is exactly the start of a UTC hour."""
+    """True when `t` is exactly the start of a dt.UTC hour."""
     return floor_hour(t) == utc(t)
 
 
 def rfc3339(t: dt.datetime) -> str:
-    """`t` as the API writes times: RFC 3339, UTC, whole seconds, `Z` suffix."""
+    """`t` as the API writes times: RFC 3339, dt.UTC, whole seconds, `Z` suffix."""
     return utc(t).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_period(alignment: TickAlignment, period: str) -> int:
+def parse_period(alignment: models.TickAlignment, period: str) -> int:
     """The period as an integer: seconds for `ActivatedAt`, else hours, days or months.
 
     Mirrors the CRD rule: `ActivatedAt` takes `^[0-9]+[hms]$` (`1h`, `90m`, `3600s`; not
     `1h30m`), the boundary alignments a plain integer. Zero is refused: it has no boundaries.
     """
-    if alignment is TickAlignment.ACTIVATED_AT:
+    if alignment is models.TickAlignment.ACTIVATED_AT:
         match = _ACTIVATED_AT_PERIOD.match(period)
         if match is None:
             raise PeriodError(f"{PERIOD_MISMATCH_MESSAGE}: got {period!r} for {alignment}")
@@ -117,13 +112,13 @@ class TickClock:
     first is the earliest boundary strictly after `activated_at`.
     """
 
-    alignment: TickAlignment
+    alignment: models.TickAlignment
     amount: int
     activated_at: dt.datetime
 
     def __post_init__(self) -> None:
         # Normalise once so the hot counting methods can compare with `is` and skip checks.
-        object.__setattr__(self, "alignment", TickAlignment(self.alignment))
+        object.__setattr__(self, "alignment", models.TickAlignment(self.alignment))
         object.__setattr__(self, "activated_at", utc(self.activated_at))
         if self.amount < 1:
             raise PeriodError(f"period amount must be >= 1, got {self.amount}")
@@ -132,19 +127,19 @@ class TickClock:
     def create(cls, alignment: str, period: str, activated_at: dt.datetime) -> TickClock:
         """Build a clock from the raw API strings, refusing a period that does not fit."""
         try:
-            kind = TickAlignment(alignment)
+            kind = models.TickAlignment(alignment)
         except ValueError:
-            allowed = ", ".join(a.value for a in TickAlignment)
+            allowed = ", ".join(a.value for a in models.TickAlignment)
             raise PeriodError(f"tickAlignment {alignment!r} is not one of: {allowed}") from None
         return cls(kind, parse_period(kind, period), utc(activated_at))
 
     @property
     def _step(self) -> dt.timedelta:
-        if self.alignment is TickAlignment.ACTIVATED_AT:
+        if self.alignment is models.TickAlignment.ACTIVATED_AT:
             return dt.timedelta(seconds=self.amount)
-        if self.alignment is TickAlignment.HOUR_BOUNDARY:
+        if self.alignment is models.TickAlignment.HOUR_BOUNDARY:
             return HOUR * self.amount
-        if self.alignment is TickAlignment.DAY_BOUNDARY:
+        if self.alignment is models.TickAlignment.DAY_BOUNDARY:
             return DAY * self.amount
         raise AssertionError("months have no fixed step")  # pragma: no cover
 
@@ -163,17 +158,17 @@ class TickClock:
         return [counter(utc(t)) for t in times]
 
     def _counter(self) -> Callable[[dt.datetime], int]:
-        """`count` of a UTC instant, with the step and first boundary already computed."""
+        """`count` of a dt.UTC instant, with the step and first boundary already computed."""
         a = self.activated_at
-        if self.alignment is TickAlignment.ACTIVATED_AT:
+        if self.alignment is models.TickAlignment.ACTIVATED_AT:
             step = self._step
             return lambda t: 0 if t <= a else (t - a) // step
-        if self.alignment is TickAlignment.HOUR_BOUNDARY:
-            # A cluster-wide grid counted from the Unix epoch (midnight UTC).
+        if self.alignment is models.TickAlignment.HOUR_BOUNDARY:
+            # A cluster-wide grid counted from the Unix epoch (midnight dt.UTC).
             step = self._step
             base = (a - EPOCH) // step
             return lambda t: 0 if t <= a else (t - EPOCH) // step - base
-        if self.alignment is TickAlignment.DAY_BOUNDARY:
+        if self.alignment is models.TickAlignment.DAY_BOUNDARY:
             step, first = self._step, self._first_midnight
             return lambda t: 0 if t <= a or t < first else (t - first) // step + 1
         start, amount = month_index(a), self.amount
@@ -191,14 +186,14 @@ class TickClock:
         if any(n < 1 for n in ns):
             raise ValueError("boundaries are numbered from 1")
         a = self.activated_at
-        if self.alignment is TickAlignment.ACTIVATED_AT:
+        if self.alignment is models.TickAlignment.ACTIVATED_AT:
             step = self._step
             return [a + step * n for n in ns]
-        if self.alignment is TickAlignment.HOUR_BOUNDARY:
+        if self.alignment is models.TickAlignment.HOUR_BOUNDARY:
             step = self._step
             base = (a - EPOCH) // step
             return [EPOCH + step * (base + n) for n in ns]
-        if self.alignment is TickAlignment.DAY_BOUNDARY:
+        if self.alignment is models.TickAlignment.DAY_BOUNDARY:
             step, first = self._step, self._first_midnight
             return [first + step * (n - 1) for n in ns]
         start, amount = month_index(a), self.amount
@@ -221,7 +216,7 @@ class TickClock:
 
     def nominal_period_seconds(self) -> int:
         """The full-period denominator of opening-tick proration, in seconds."""
-        if self.alignment is TickAlignment.MONTH_BOUNDARY:
+        if self.alignment is models.TickAlignment.MONTH_BOUNDARY:
             return self.amount * FIXED_MONTH_SECONDS
         return self._step // dt.timedelta(seconds=1)
 

@@ -1,12 +1,17 @@
-"""The `finops` command for people: offline validation, cost simulation, a local sandbox."""
+"""The `finops` command for people: offline validation, cost simulation, FOCUS export and
+statements; installed tools add their own sub-commands (the development tools add `sandbox`)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from finops.cli import export, sandbox, simulate, statement, validate
+from finops.cli import export, simulate, statement, validate
+
+COMMANDS_GROUP = "finops.commands"
+"""Entry points of this group are called with the sub-command registry to add their own."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,9 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     validate.register(sub)
     simulate.register(sub)
-    sandbox.register(sub)
     export.register(sub)
     statement.register(sub)
+    for entry in sorted(importlib.metadata.entry_points(group=COMMANDS_GROUP), key=str):
+        entry.load()(sub)
     return parser
 
 

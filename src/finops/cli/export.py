@@ -14,16 +14,13 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
+from finops.api import environment
 from finops.billing import focus, ticks
-from finops.cli import ledger_access
+from finops.cli import ledger_access, refusal
 from finops.store import focus as focus_store
 from finops.store import pool
 
 PARQUET_BATCH = 10_000
-
-
-class _Refused(Exception):
-    """A bad argument or an unreadable ledger: one line on stderr, exit status 1."""
 
 
 def register(sub: Any) -> None:
@@ -63,11 +60,11 @@ def _time(flag: str, value: str) -> dt.datetime:
     try:
         parsed = dt.datetime.fromisoformat(value)
     except ValueError:
-        raise _Refused(
+        raise refusal.Refused(
             f"{flag} {value!r} is not an RFC 3339 time such as 2026-04-01T00:00:00Z"
         ) from None
     if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise _Refused(f"{flag} {value!r} has no UTC offset; end it with Z")
+        raise refusal.Refused(f"{flag} {value!r} has no UTC offset; end it with Z")
     return ticks.utc(parsed)
 
 
@@ -76,7 +73,7 @@ def _kind(out: str | None) -> str:
         return "csv"
     if out.lower().endswith(".parquet"):
         return "parquet"
-    raise _Refused(f"--out {out!r} must end in .csv or .parquet")
+    raise refusal.Refused(f"--out {out!r} must end in .csv or .parquet")
 
 
 def _rows(
@@ -124,11 +121,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         start, end = _time("--from", args.window_from), _time("--to", args.window_to)
         if start >= end:
-            raise _Refused("--from must be before --to (the window is [from, to))")
+            raise refusal.Refused("--from must be before --to (the window is [from, to))")
         if not args.dsn:
-            raise _Refused(f"--dsn is required (or set {pool.DSN_ENV})")
+            raise refusal.Refused(
+                f"--dsn is required (or set {environment.Env.POSTGRES_CONNECTION_STRING})"
+            )
         count = _write(args, start, end)
-    except (_Refused, *ledger_access.FAILURES) as exc:
+    except (refusal.Refused, *ledger_access.FAILURES) as exc:
         return ledger_access.fail("export focus", exc, args)
     if args.out not in (None, "-"):
         print(f"wrote {count} FOCUS {focus.FOCUS_VERSION} rows to {args.out}", file=sys.stderr)
@@ -140,7 +139,7 @@ def _parquet_writer() -> Any:
     try:
         from finops.cli import focus_parquet
     except ImportError:
-        raise _Refused(
+        raise refusal.Refused(
             "writing .parquet needs pyarrow: pip install 'finops-operator[parquet]' (or write .csv)"
         ) from None
     return focus_parquet.write

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Iterator
 
+from finops.api import environment
 from finops.store import focus as focus_store
 from finops.store import pool
 
@@ -20,13 +21,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """`--dsn` (default `$POSTGRES_CONNECTION_STRING`) and `--cluster` (default `$CLUSTER_ID`)."""
     p.add_argument(
         "--dsn",
-        default=os.environ.get(pool.DSN_ENV),
-        help=f"PostgreSQL DSN of the ledger (default: ${pool.DSN_ENV})",
+        default=os.environ.get(environment.Env.POSTGRES_CONNECTION_STRING),
+        help="PostgreSQL DSN of the ledger "
+        f"(default: ${environment.Env.POSTGRES_CONNECTION_STRING})",
     )
     p.add_argument(
         "--cluster",
         default=pool.cluster_id(),
-        help=f"the cluster id the charges were written under (default: ${pool.CLUSTER_ENV} "
+        help="the cluster id the charges were written under "
+        f"(default: ${environment.Env.CLUSTER_ID} "
         f"or {pool.DEFAULT_CLUSTER})",
     )
 

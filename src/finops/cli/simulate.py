@@ -18,10 +18,7 @@ import yaml
 
 from finops.api import bodies
 from finops.billing import fees, money, ticks
-
-
-class _Refused(Exception):
-    """A bad argument or an unusable Offering: reported in one line, exit status 1."""
+from finops.cli import refusal
 
 
 def register(sub: Any) -> None:
@@ -51,16 +48,16 @@ def register(sub: Any) -> None:
 def _time(flag: str, value: str | None, *, required: bool = True) -> dt.datetime | None:
     if value is None:
         if required:
-            raise _Refused(f"{flag} is required")
+            raise refusal.Refused(f"{flag} is required")
         return None
     try:
         parsed = dt.datetime.fromisoformat(value)
     except ValueError:
-        raise _Refused(
+        raise refusal.Refused(
             f"{flag} {value!r} is not an RFC 3339 time such as 2026-04-01T09:00:00Z"
         ) from None
     if parsed.tzinfo is None:
-        raise _Refused(f"{flag} {value!r} has no timezone; write it in UTC with a Z suffix")
+        raise refusal.Refused(f"{flag} {value!r} has no timezone; write it in UTC with a Z suffix")
     return ticks.utc(parsed)
 
 
@@ -68,16 +65,16 @@ def _load_offering(path: str) -> dict[str, Any]:
     try:
         text = pathlib.Path(path).read_text(encoding="utf-8")
     except OSError as err:
-        raise _Refused(f"cannot read {path}: {err.strerror or err}") from None
+        raise refusal.Refused(f"cannot read {path}: {err.strerror or err}") from None
     try:
         documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as err:
-        raise _Refused(f"{path} is not valid YAML: {err}") from None
+        raise refusal.Refused(f"{path} is not valid YAML: {err}") from None
     if len(documents) != 1 or not isinstance(documents[0], dict):
-        raise _Refused(f"{path} must hold exactly one Offering object")
+        raise refusal.Refused(f"{path} must hold exactly one Offering object")
     obj: dict[str, Any] = documents[0]
     if obj.get("kind") != "Offering":
-        raise _Refused(
+        raise refusal.Refused(
             f"{path} holds a {obj.get('kind') or 'object without kind'}, not an Offering"
         )
     return obj
@@ -90,7 +87,7 @@ def _validate(path: str, obj: dict[str, Any]) -> None:
     problems = validation.validate_object(obj)
     if problems:
         lines = "\n".join(f"  - {problem}" for problem in problems)
-        raise _Refused(f"{path} is not a valid Offering:\n{lines}")
+        raise refusal.Refused(f"{path} is not a valid Offering:\n{lines}")
 
 
 def _plan(
@@ -103,17 +100,19 @@ def _plan(
     assert activated is not None and start is not None and end is not None
     for flag, t in (("--from", start), ("--to", end)):
         if not ticks.is_whole_hour(t):
-            raise _Refused(f"{flag} {ticks.rfc3339(t)} is not a whole hour (minutes and seconds 0)")
+            raise refusal.Refused(
+                f"{flag} {ticks.rfc3339(t)} is not a whole hour (minutes and seconds 0)"
+            )
     if end <= start:
-        raise _Refused("--to must be later than --from")
+        raise refusal.Refused("--to must be later than --from")
     if deactivated is not None and deactivated < activated:
-        raise _Refused("--deactivated-at must not be earlier than --activated-at")
+        raise refusal.Refused("--deactivated-at must not be earlier than --activated-at")
     obj = _load_offering(args.offering)
     _validate(args.offering, obj)
     try:
-        spec = fees.FeeSpec.from_offering_spec(obj.get("spec") or cast(bodies.OfferingSpec, {}))
+        spec = fees.FeeSpec.from_offering_spec(obj.get("spec") or cast(bodies.OfferingSpecBody, {}))
     except fees.FeeSpecError as err:
-        raise _Refused(f"{args.offering}: {err}") from None
+        raise refusal.Refused(f"{args.offering}: {err}") from None
     schedule = None if spec is None else spec.schedule(activated, deactivated)
     return obj, schedule, start, end
 
@@ -171,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the fee hour by hour; exit 1 on a bad argument or an invalid Offering."""
     try:
         obj, schedule, start, end = _plan(args)
-    except _Refused as err:
+    except refusal.Refused as err:
         print(f"finops simulate: {err}", file=sys.stderr)
         return 1
     hours = _hours(schedule, start, end)

@@ -13,17 +13,14 @@ import os
 import sys
 from typing import Any
 
+from finops.api import environment
 from finops.billing import money, periods, statement_html, statements, ticks
-from finops.cli import ledger_access
+from finops.cli import ledger_access, refusal
 from finops.store import focus as focus_store
 from finops.store import pool
 from finops.store import statements as store_statements
 
 FORMATS = ("json", "csv", "html")
-
-
-class _Refused(Exception):
-    """A bad argument or an unknown period: one line on stderr, exit status 1."""
 
 
 def register(sub: Any) -> None:
@@ -65,7 +62,7 @@ def _render(statement: statements.Statement, fmt: str) -> str:
 
 def _show(args: argparse.Namespace, conn: pool.Connection) -> str:
     if not args.namespace:
-        raise _Refused("--namespace is required with --period")
+        raise refusal.Refused("--namespace is required with --period")
     try:
         statement = store_statements.statement(
             conn,
@@ -75,7 +72,7 @@ def _show(args: argparse.Namespace, conn: pool.Connection) -> str:
             provisional=args.provisional,
         )
     except store_statements.PeriodNotFound as exc:
-        raise _Refused(str(exc)) from None
+        raise refusal.Refused(str(exc)) from None
     return _render(statement, _format(args))
 
 
@@ -117,10 +114,12 @@ def run(args: argparse.Namespace) -> int:
     """Print or write; exit 1 with one line on stderr when anything is refused or fails."""
     try:
         if not args.dsn:
-            raise _Refused(f"--dsn is required (or set {pool.DSN_ENV})")
+            raise refusal.Refused(
+                f"--dsn is required (or set {environment.Env.POSTGRES_CONNECTION_STRING})"
+            )
         with contextlib.closing(pool.connect(args.dsn)) as conn:
             text = _show(args, conn) if args.period else _list(args, conn)
         _write(args, text)
-    except (_Refused, *ledger_access.FAILURES) as exc:
+    except (refusal.Refused, *ledger_access.FAILURES) as exc:
         return ledger_access.fail("statement", exc, args)
     return 0

@@ -28,25 +28,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from finops.api import bodies, conditions, models, reasons
 from finops.billing import forecast, money, ticks
 
-Period = models.BudgetPeriod
-Basis = models.ThresholdBasis
-State = models.BudgetState
-Condition = reasons.BudgetCondition
-Reason = reasons.BudgetReason
-
 
 class BudgetError(ValueError):
     """A Budget whose spec cannot be evaluated; the message names the field."""
 
 
-def period_bounds(period: Period, t: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+def period_bounds(period: models.BudgetPeriod, t: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     """The UTC calendar period `[start, end)` of this kind that holds `t`."""
-    if period is Period.WEEKLY:
+    if period is models.BudgetPeriod.WEEKLY:
         day = ticks.floor_day(t)
         start = day - ticks.DAY * day.weekday()
         return start, start + ticks.DAY * 7
     index = ticks.month_index(t)
-    months = 3 if period is Period.QUARTERLY else 1
+    months = 3 if period is models.BudgetPeriod.QUARTERLY else 1
     first = index - index % months
     return ticks.month_start(first), ticks.month_start(first + months)
 
@@ -54,7 +48,7 @@ def period_bounds(period: Period, t: dt.datetime) -> tuple[dt.datetime, dt.datet
 # ---------------------------------------------------------------- the spec
 
 
-def selects(selector: bodies.LabelSelector | None, labels: Mapping[str, str]) -> bool:
+def selects(selector: bodies.LabelSelectorBody | None, labels: Mapping[str, str]) -> bool:
     """metav1.LabelSelector semantics; no selector (or an empty one) selects everything."""
     if not selector:
         return True
@@ -79,7 +73,7 @@ def selects(selector: bodies.LabelSelector | None, labels: Mapping[str, str]) ->
 @dataclasses.dataclass(frozen=True)
 class Threshold:
     percent: int
-    basis: Basis
+    basis: models.ThresholdBasis
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,29 +86,32 @@ class BudgetTerms:
     generation: int
     amount_micros: int
     currency: str
-    period: Period
-    selector: bodies.LabelSelector | None
+    period: models.BudgetPeriod
+    selector: bodies.LabelSelectorBody | None
     thresholds: tuple[Threshold, ...]
-    body: bodies.Budget
+    body: bodies.BudgetBody
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @classmethod
-    def from_object(cls, obj: bodies.Budget) -> BudgetTerms:
+    def from_object(cls, obj: bodies.BudgetBody) -> BudgetTerms:
         """Read a Budget body; a spec the API server would have refused raises BudgetError."""
         meta = obj.get("metadata") or {}
-        spec: bodies.BudgetSpec = obj.get("spec") or {"amount": "", "currency": ""}
+        spec: bodies.BudgetSpecBody = obj.get("spec") or {"amount": "", "currency": ""}
         where = f"budget {meta.get('namespace')}/{meta.get('name')}"
         try:
             amount = money.parse_rate("amount", spec.get("amount"))
         except money.RateParseError as exc:
             raise BudgetError(f"{where}: spec.amount {exc.value!r}: {exc.reason}") from None
         try:
-            period = Period(spec.get("period") or Period.MONTHLY)
+            period = models.BudgetPeriod(spec.get("period") or models.BudgetPeriod.MONTHLY)
             thresholds = tuple(
-                Threshold(int(t["percent"]), Basis(t.get("basis") or Basis.ACTUAL))
+                Threshold(
+                    int(t["percent"]),
+                    models.ThresholdBasis(t.get("basis") or models.ThresholdBasis.ACTUAL),
+                )
                 for t in spec.get("thresholds") or []
             )
         except (ValueError, KeyError, TypeError) as exc:
@@ -139,7 +136,7 @@ class BudgetTerms:
 
 
 @dataclasses.dataclass(frozen=True)
-class Candidate:
+class BudgetMember:
     """A Subscription of the run: its uid, namespace and labels."""
 
     uid: str
@@ -158,7 +155,7 @@ class Recorded:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class BudgetPlan:
     """What to read for one Budget: its period and members (`stale`: leave it alone)."""
 
     terms: BudgetTerms
@@ -172,9 +169,9 @@ class Plan:
 def plan(
     terms: BudgetTerms,
     scheduled: dt.datetime,
-    candidates: Iterable[Candidate],
+    candidates: Iterable[BudgetMember],
     recorded: Recorded | None,
-) -> Plan:
+) -> BudgetPlan:
     """The period holding `H` and the Subscriptions counted in it."""
     anchor = ticks.floor_hour(scheduled)
     start, end = period_bounds(terms.period, anchor)
@@ -190,7 +187,7 @@ def plan(
     }
     if recorded is not None and recorded.period_start == start:
         members.update(recorded.members)
-    return Plan(terms, anchor, start, end, tuple(sorted(members)), stale)
+    return BudgetPlan(terms, anchor, start, end, tuple(sorted(members)), stale)
 
 
 # ---------------------------------------------------------------- the judgement
@@ -203,7 +200,7 @@ class Crossing:
     budget_uid: str
     period_start: dt.datetime
     percent: int
-    basis: Basis
+    basis: models.ThresholdBasis
     crossed_at: dt.datetime
     value_micros: int
     amount_micros: int
@@ -215,7 +212,7 @@ class Crossing:
 
 
 @dataclasses.dataclass(frozen=True)
-class Ledger:
+class LedgerTotals:
     """What the ledger says about one plan: spent per currency and the members' outlooks."""
 
     spent: Mapping[str, int]
@@ -228,7 +225,7 @@ class Ledger:
 class Evaluation:
     """One Budget judged at the scheduled hour."""
 
-    plan: Plan
+    plan: BudgetPlan
     forecast: forecast.Forecast
     foreign: Mapping[str, int]
     """Micros of the period charged in other currencies (not counted)."""
@@ -241,15 +238,15 @@ class Evaluation:
         return self.plan.terms
 
     @property
-    def state(self) -> State:
+    def state(self) -> models.BudgetState:
         amount = self.terms.amount_micros
         if self.foreign:
-            return State.UNKNOWN
+            return models.BudgetState.UNKNOWN
         if self.forecast.spent > amount:
-            return State.EXCEEDED
+            return models.BudgetState.EXCEEDED
         if self.forecast.total > amount:
-            return State.FORECAST_EXCEEDED
-        return State.ON_TRACK
+            return models.BudgetState.FORECAST_EXCEEDED
+        return models.BudgetState.ON_TRACK
 
 
 def reached(value: int, percent: int, amount: int) -> bool:
@@ -257,7 +254,7 @@ def reached(value: int, percent: int, amount: int) -> bool:
     return value * 100 >= percent * amount
 
 
-def judge(plan: Plan, ledger: Ledger) -> Evaluation:
+def judge(plan: BudgetPlan, ledger: LedgerTotals) -> Evaluation:
     """Spent, forecast and thresholds of one planned Budget."""
     terms = plan.terms
     spent = ledger.spent.get(terms.currency, 0)
@@ -269,7 +266,10 @@ def judge(plan: Plan, ledger: Ledger) -> Evaluation:
     seen = {(c.basis, c.percent) for c in mine}
     new: list[Crossing] = []
     if not foreign:
-        values = {Basis.ACTUAL: outlook.spent, Basis.FORECAST: outlook.total}
+        values = {
+            models.ThresholdBasis.ACTUAL: outlook.spent,
+            models.ThresholdBasis.FORECAST: outlook.total,
+        }
         for t in terms.thresholds:
             value = values[t.basis]
             if (t.basis, t.percent) in seen or not reached(value, t.percent, terms.amount_micros):
@@ -291,11 +291,11 @@ def _money(micros: int, currency: str) -> str:
     return f"{money.format_money(micros, currency)} {currency}"
 
 
-def _window(plan: Plan) -> str:
+def _window(plan: BudgetPlan) -> str:
     return f"{ticks.rfc3339(plan.start)} to {ticks.rfc3339(plan.end)}"
 
 
-def decided_conditions(ev: Evaluation) -> list[conditions.Condition]:
+def decided_conditions(ev: Evaluation) -> list[conditions.DecidedCondition]:
     """`Exceeded` and `ForecastExceeded` as this evaluation finds them."""
     terms, amount = ev.terms, _money(ev.terms.amount_micros, ev.terms.currency)
     if ev.foreign:
@@ -305,30 +305,39 @@ def decided_conditions(ev: Evaluation) -> list[conditions.Condition]:
             f"{terms.currency} does not convert them, so they are not judged"
         )
         return [
-            conditions.Condition(kind, "Unknown", Reason.CURRENCY_MISMATCH, message)
-            for kind in (Condition.EXCEEDED, Condition.FORECAST_EXCEEDED)
+            conditions.DecidedCondition(
+                kind, "Unknown", reasons.BudgetReason.CURRENCY_MISMATCH, message
+            )
+            for kind in (
+                reasons.BudgetCondition.EXCEEDED,
+                reasons.BudgetCondition.FORECAST_EXCEEDED,
+            )
         ]
     spent, total = ev.forecast.spent, ev.forecast.total
     window = _window(ev.plan)
     over = spent > terms.amount_micros
     ahead = total > terms.amount_micros
     return [
-        conditions.Condition(
-            Condition.EXCEEDED,
+        conditions.DecidedCondition(
+            reasons.BudgetCondition.EXCEEDED,
             "True" if over else "False",
-            Reason.SPENT_OVER_AMOUNT if over else Reason.SPENT_WITHIN_AMOUNT,
+            reasons.BudgetReason.SPENT_OVER_AMOUNT
+            if over
+            else reasons.BudgetReason.SPENT_WITHIN_AMOUNT,
             f"spent {_money(spent, terms.currency)} of {amount} in the period {window}",
         ),
-        conditions.Condition(
-            Condition.FORECAST_EXCEEDED,
+        conditions.DecidedCondition(
+            reasons.BudgetCondition.FORECAST_EXCEEDED,
             "True" if ahead else "False",
-            Reason.FORECAST_OVER_AMOUNT if ahead else Reason.FORECAST_WITHIN_AMOUNT,
+            reasons.BudgetReason.FORECAST_OVER_AMOUNT
+            if ahead
+            else reasons.BudgetReason.FORECAST_WITHIN_AMOUNT,
             f"forecast {_money(total, terms.currency)} for the period {window} against {amount}",
         ),
     ]
 
 
-def status_fields(ev: Evaluation) -> bodies.BudgetStatus:
+def status_fields(ev: Evaluation) -> bodies.BudgetStatusBody:
     """The status fields an evaluation writes (conditions are set on their own)."""
     terms, outlook = ev.terms, ev.forecast
     return {
@@ -377,15 +386,15 @@ def event_type(crossing: Crossing) -> str:
     return "Warning" if crossing.percent >= 100 else "Normal"
 
 
-def event_reason(crossing: Crossing) -> Reason:
-    if crossing.basis is Basis.FORECAST:
-        return Reason.FORECAST_THRESHOLD_CROSSED
-    return Reason.ACTUAL_THRESHOLD_CROSSED
+def event_reason(crossing: Crossing) -> reasons.BudgetReason:
+    if crossing.basis is models.ThresholdBasis.FORECAST:
+        return reasons.BudgetReason.FORECAST_THRESHOLD_CROSSED
+    return reasons.BudgetReason.ACTUAL_THRESHOLD_CROSSED
 
 
 def event_message(terms: BudgetTerms, crossing: Crossing, period_end: dt.datetime) -> str:
     """What the Event says, in the Budget's currency."""
-    what = "spent" if crossing.basis is Basis.ACTUAL else "forecast"
+    what = "spent" if crossing.basis is models.ThresholdBasis.ACTUAL else "forecast"
     amount = _money(crossing.amount_micros, terms.currency)
     value = _money(crossing.value_micros, terms.currency)
     window = f"{ticks.rfc3339(crossing.period_start)} to {ticks.rfc3339(period_end)}"

@@ -10,16 +10,13 @@ a database. Per-Subscription rules (windows, fee and usage rows, finality) stay 
 
 from __future__ import annotations
 
-import bisect
-import collections
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import Decimal
 from typing import TypeAlias
 
 from finops.api import bodies
-from finops.billing import ticks, usage
+from finops.billing import ticks
 from finops.collection import charges
 
 Window: TypeAlias = tuple[dt.datetime, dt.datetime]
@@ -33,20 +30,20 @@ class Billed:
 
     sub: charges.SubscriptionState
     terms: charges.Terms
-    offering: bodies.Offering
+    offering: bodies.OfferingBody
     namespace_labels: Mapping[str, str]
 
     @property
     def offering_version(self) -> VersionKey:
         """The Offering version (uid, generation) that prices this Subscription."""
-        meta: bodies.ObjectMeta = self.offering.get("metadata") or {}
+        meta: bodies.ObjectMetaBody = self.offering.get("metadata") or {}
         return (str(meta.get("uid", "")), int(meta.get("generation") or 0))
 
     @property
     def subscription_version(self) -> VersionKey:
         return (self.sub.uid, self.sub.generation)
 
-    def subscription_metadata(self) -> bodies.ObjectMeta:
+    def subscription_metadata(self) -> bodies.ObjectMetaBody:
         """The metadata a Subscription version row records."""
         return {
             "uid": self.sub.uid,
@@ -57,32 +54,10 @@ class Billed:
         }
 
 
-@dataclasses.dataclass(frozen=True)
-class ChargeRow:
-    """One row of `subscription_charges`; money in integer micros, quantity exact."""
-
-    cluster: str
-    subscription_uid: str
-    hour: dt.datetime
-    source: str
-    quantity: Decimal
-    unit_price_micros: int
-    amount_micros: int
-    currency: str
-    finalized: bool
-    offering_version_id: int
-    subscription_version_id: int
-    pricebook_id: int | None = None
-    """Usage rows: the PriceBook rates their hour was collected under (the first row's)."""
-    covers_start: dt.datetime | None = None
-    """Fee rows: the start of the service period the hour's ticks pay for."""
-    covers_end: dt.datetime | None = None
-
-
 # ---------------------------------------------------------------- versions
 
 
-def offering_versions(billed: Iterable[Billed]) -> dict[VersionKey, bodies.Offering]:
+def offering_versions(billed: Iterable[Billed]) -> dict[VersionKey, bodies.OfferingBody]:
     """Each distinct Offering version of the run, with the object that defines it."""
     return {b.offering_version: b.offering for b in billed}
 
@@ -91,7 +66,7 @@ def subscription_versions(
     billed: Iterable[Billed],
 ) -> dict[
     VersionKey,
-    tuple[bodies.ObjectMeta, bodies.SubscriptionSpec, Mapping[str, str], Mapping[str, str]],
+    tuple[bodies.ObjectMetaBody, bodies.SubscriptionSpecBody, Mapping[str, str], Mapping[str, str]],
 ]:
     """Each distinct Subscription version of the run as the row that records it:
     (metadata, spec, namespace labels, the Subscription's own labels)."""
@@ -178,54 +153,6 @@ def usage_windows(billed: Iterable[Billed], charged: Mapping[str, Window]) -> Us
     return UsageWindows(per_namespace, anywhere)
 
 
-# ---------------------------------------------------------------- rows
-
-
-class RowIndex:
-    """Priced allocation rows by namespace, sorted by hour, for per-Subscription windows."""
-
-    def __init__(self, rows: Iterable[usage.PricedRow]) -> None:
-        self.by_namespace: dict[str, list[usage.PricedRow]] = collections.defaultdict(list)
-        self.all: list[usage.PricedRow] = []
-        for priced in rows:
-            self.by_namespace[priced.row.namespace].append(priced)
-            self.all.append(priced)
-        for bucket in (*self.by_namespace.values(), self.all):
-            bucket.sort(key=lambda p: p.row.hour)
-
-    @staticmethod
-    def _slice(rows: list[usage.PricedRow], window: Window) -> list[usage.PricedRow]:
-        lo = bisect.bisect_left(rows, window[0], key=lambda p: p.row.hour)
-        hi = bisect.bisect_left(rows, window[1], key=lambda p: p.row.hour)
-        return rows[lo:hi]
-
-    def for_terms(self, terms: charges.Terms, window: Window) -> list[usage.PricedRow]:
-        """Rows a Subscription's sources could select in its window (each row once)."""
-        if any(not s.namespace for s in terms.sources):
-            return self._slice(self.all, window)
-        out: list[usage.PricedRow] = []
-        for namespace in sorted({s.namespace for s in terms.sources}):
-            out.extend(self._slice(self.by_namespace.get(namespace, []), window))
-        return out
-
-
-def hour_currencies(priced: Iterable[tuple[usage.PricedRow, str]]) -> dict[dt.datetime, str]:
-    """The currency of each hour's usage: that of the first row collected in it."""
-    out: dict[dt.datetime, str] = {}
-    for row, currency in priced:
-        out.setdefault(row.row.hour, currency)
-    return out
-
-
-def hour_pricebooks(priced: Iterable[tuple[usage.PricedRow, str]]) -> dict[dt.datetime, int | None]:
-    """The PriceBook rates of each hour's usage: those of the first row collected in it (the
-    row that names the hour's currency)."""
-    out: dict[dt.datetime, int | None] = {}
-    for row, _ in priced:
-        out.setdefault(row.row.hour, row.pricebook_id)
-    return out
-
-
 @dataclasses.dataclass(frozen=True)
 class Inputs:
     """Everything the ledger pass read before deciding."""
@@ -234,55 +161,6 @@ class Inputs:
     windows: Mapping[str, Window]
     versions: VersionIds
     fee_currency: str
-    priced: Sequence[tuple[usage.PricedRow, str]] = ()
-    """The priced allocation rows of the windows: read only for `rows` (the exact oracle);
-    the set-based run leaves them in the database."""
-
-
-def rows(
-    cluster: str, billed: Iterable[Billed], inputs: Inputs, scheduled: dt.datetime
-) -> list[ChargeRow]:
-    """Every charge row of the run: fee rows price in the ledger's latest currency, usage
-    rows in the currency their hour was collected under (the fee's when none was)."""
-    index = RowIndex(row for row, _ in inputs.priced)
-    currencies = hour_currencies(inputs.priced)
-    books = hour_pricebooks(inputs.priced)
-    out: list[ChargeRow] = []
-    for b in billed:
-        window = inputs.windows.get(b.sub.uid)
-        if window is None:
-            continue
-        candidates = index.for_terms(b.terms, window) if b.terms.bills_usage else []
-        for p in charges.plan_charges(b.terms, window, candidates, scheduled, inputs.boundary):
-            is_fee = p.source == usage.Meter.SUBSCRIPTION
-            currency, book = inputs.fee_currency, None
-            if not is_fee:
-                currency = currencies.get(p.hour, inputs.fee_currency)
-                book = books.get(p.hour)
-            out.append(
-                ChargeRow(
-                    cluster=cluster,
-                    subscription_uid=b.sub.uid,
-                    hour=p.hour,
-                    source=p.source,
-                    quantity=p.quantity,
-                    unit_price_micros=p.unit_price_micros,
-                    amount_micros=p.amount_micros,
-                    currency=currency,
-                    finalized=p.finalized,
-                    offering_version_id=inputs.versions.offering[b.sub.uid],
-                    subscription_version_id=inputs.versions.subscription[b.sub.uid],
-                    pricebook_id=book,
-                    covers_start=p.covers[0] if p.covers else None,
-                    covers_end=p.covers[1] if p.covers else None,
-                )
-            )
-    return out
-
-
-def keys(planned: Iterable[ChargeRow]) -> set[RowKey]:
-    """`(uid, hour, source)` of each planned row: what a recompute keeps in its windows."""
-    return {(r.subscription_uid, r.hour, r.source) for r in planned}
 
 
 # ---------------------------------------------------------------- the set-based run
@@ -316,7 +194,8 @@ class Tables:
 
 
 def fee_rows(b: Billed, window: Window, scheduled: dt.datetime, inputs: Inputs) -> list[FeeRow]:
-    """One Subscription's fee rows as `charges.fee_charges` plans them, as plain tuples."""
+    """One Subscription's fee rows as plain tuples: one per hour of the window, zero hours
+    included (the quantity is the ticks the hour closes; hours before `scheduled` are final)."""
     fee = b.terms.fee
     if fee is None:
         return []

@@ -24,15 +24,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-from collections.abc import Iterable, Mapping, Sequence
-from decimal import Decimal
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from finops.api import bodies, reasons, views
+from finops.api import bodies, models, reasons, views
 from finops.billing import buckets, fees, sources, ticks, usage
 
 FINALIZER = "subscriptions.finops.stakater.com/finalizer"
-HOUR = ticks.HOUR
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
 # Storage precision of a usage quantity (the ledger's `numeric`); amounts are exact micros.
 QUANTITY_PLACES = 12
@@ -40,14 +38,6 @@ QUANTITY_PLACES = 12
 
 class TermsError(ValueError):
     """A Subscription or Offering whose billing terms cannot be read; the Subscription is held."""
-
-
-def parse_time(value: object) -> dt.datetime | None:
-    """An RFC 3339 status timestamp as aware UTC; None when absent."""
-    try:
-        return views.parse_time(value)
-    except views.TimestampError as exc:
-        raise TermsError(str(exc)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +49,7 @@ class SubscriptionState:
     name: str
     generation: int
     resource_version: str
-    spec: bodies.SubscriptionSpec
+    spec: bodies.SubscriptionSpecBody
     activated_at: dt.datetime | None
     deactivated_at: dt.datetime | None
     deleting: bool
@@ -70,7 +60,7 @@ class SubscriptionState:
     """The Subscription's own `metadata.labels`: part of the ledger's version of it."""
 
     @classmethod
-    def from_object(cls, obj: bodies.Subscription | Mapping[str, Any]) -> SubscriptionState:
+    def from_object(cls, obj: bodies.SubscriptionBody | Mapping[str, Any]) -> SubscriptionState:
         """Read a raw Subscription body; a malformed timestamp raises `TermsError`."""
         view = views.SubscriptionView.parse(obj)
         if view.problems:
@@ -103,7 +93,7 @@ class Terms:
 
     fee: fees.FeeSchedule | None
     pricing: usage.UsagePricing
-    sources: tuple[sources.UsageSource, ...]
+    sources: tuple[sources.SourceFilter, ...]
     interval: usage.ActiveInterval
 
     @property
@@ -146,7 +136,7 @@ class Terms:
         return need
 
 
-def terms_for(sub: SubscriptionState, offering_spec: bodies.OfferingSpec) -> Terms:
+def terms_for(sub: SubscriptionState, offering_spec: bodies.OfferingSpecBody) -> Terms:
     """Build the calculators of an activated Subscription; bad terms raise `TermsError`."""
     if sub.activated_at is None:
         raise TermsError(f"subscription {sub.key} has not activated")
@@ -173,109 +163,20 @@ def charge_window(
     scheduled = ticks.floor_hour(scheduled)
     start = ticks.floor_hour(terms.interval.activated_at)
     if watermark is not None:
-        start = max(start, ticks.floor_hour(watermark) + HOUR)
-    end = scheduled + HOUR
+        start = max(start, ticks.floor_hour(watermark) + ticks.HOUR)
+    end = scheduled + ticks.HOUR
     last = terms.last_hour()
     if last is not None:
-        end = min(end, last + HOUR)
+        end = min(end, last + ticks.HOUR)
     return (start, end) if start < end else None
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedCharge:
-    """One charge row before the run stamps cluster, currency and version ids on it."""
-
-    hour: dt.datetime
-    source: str
-    quantity: Decimal
-    unit_price_micros: int
-    amount_micros: int
-    finalized: bool
-    covers: tuple[dt.datetime, dt.datetime] | None = None
-    """A fee row's service period (see `fees.FeeSchedule.covered`)."""
-
-
-def fee_charges(
-    fee: fees.FeeSchedule, window: tuple[dt.datetime, dt.datetime], scheduled: dt.datetime
-) -> list[PlannedCharge]:
-    """One `subscription` row per hour of the window, zero hours included.
-
-    The quantity is the number of tick boundaries the hour closes and the unit price is
-    `priceMicros`; the amount is the fee's own (a prorated opening tick costs less than one
-    unit price). Hours before the scheduled hour are final; the fee needs no allocations.
-    """
-    anchor = ticks.floor_hour(scheduled)
-    rows: list[PlannedCharge] = []
-    for hour, amount in fee.hourly(*window):
-        before, after = fee.billed_ticks(hour), fee.billed_ticks(hour + HOUR)
-        rows.append(
-            PlannedCharge(
-                hour=hour,
-                source=usage.Meter.SUBSCRIPTION.value,
-                quantity=Decimal(after - before),
-                unit_price_micros=fee.spec.price_micros,
-                amount_micros=amount,
-                finalized=hour < anchor,
-                covers=fee.covered(before, after),
-            )
-        )
-    return rows
-
-
-def usage_final(hour: dt.datetime, scheduled: dt.datetime, boundary: dt.datetime | None) -> bool:
-    """A usage hour is final once it is before the scheduled hour and before the allocation
-    boundary (the earliest hour whose allocations may still change)."""
-    return hour < ticks.floor_hour(scheduled) and (boundary is None or hour < boundary)
-
-
-def usage_rows(
-    terms: Terms,
-    rows: Iterable[usage.PricedRow],
-    window: tuple[dt.datetime, dt.datetime],
-    scheduled: dt.datetime,
-    boundary: dt.datetime | None,
-) -> list[PlannedCharge]:
-    """One row per (hour, meter) of the window that measured something, via the billing core."""
-    if not terms.bills_usage:
-        return []
-    start, end = window
-    inside = [r for r in rows if start <= r.row.hour < end]
-    return [
-        PlannedCharge(
-            hour=charge.hour,
-            source=charge.source,
-            quantity=charge.quantity_decimal(QUANTITY_PLACES),
-            unit_price_micros=charge.unit_price_micros(),
-            amount_micros=charge.amount_micros,
-            finalized=usage_final(charge.hour, scheduled, boundary),
-        )
-        for charge in usage.usage_charges(terms.pricing, terms.sources, inside, terms.interval)
-    ]
-
-
-def plan_charges(
-    terms: Terms,
-    window: tuple[dt.datetime, dt.datetime] | None,
-    rows: Iterable[usage.PricedRow],
-    scheduled: dt.datetime,
-    boundary: dt.datetime | None,
-) -> list[PlannedCharge]:
-    """Every row one Subscription's window produces: fee rows, then usage rows."""
-    if window is None:
-        return []
-    planned = [] if terms.fee is None else fee_charges(terms.fee, window, scheduled)
-    planned.extend(usage_rows(terms, rows, window, scheduled, boundary))
-    return planned
 
 
 # ---------------------------------------------------------------- status.costs
 
 
-CostsReason = reasons.CostsReason
-COSTS_RESOLVED = reasons.ConditionType.COSTS_RESOLVED
-COSTS_MESSAGES: dict[CostsReason, str] = {
-    CostsReason.FROM_DB: "status.costs aggregated from the charge rows in PostgreSQL",
-    CostsReason.FROM_CALCULATOR: (
+COSTS_MESSAGES: dict[reasons.CostsReason, str] = {
+    reasons.CostsReason.FROM_DB: "status.costs aggregated from the charge rows in PostgreSQL",
+    reasons.CostsReason.FROM_CALCULATOR: (
         "status.costs computed by the fee calculator: the charge ledger could not be read, "
         "so usage is not included"
     ),
@@ -292,7 +193,7 @@ def ledger_windows(scheduled: dt.datetime) -> list[tuple[dt.datetime, dt.datetim
     anchor = ticks.floor_hour(scheduled)
     day = ticks.floor_day(anchor)
     month = ticks.floor_month(anchor)
-    return [(month, day), (day, anchor), (anchor, anchor + HOUR)]
+    return [(month, day), (day, anchor), (anchor, anchor + ticks.HOUR)]
 
 
 def settled_charges(
@@ -313,7 +214,7 @@ def settled_charges(
 
 def costs(
     scheduled: dt.datetime, terms: Terms, settled: Sequence[buckets.Charge] | None
-) -> tuple[list[bodies.CostBucket], CostsReason]:
+) -> tuple[list[bodies.CostBucketBody], reasons.CostsReason]:
     """The three `status.costs` buckets and their `CostsResolved` reason.
 
     `settled` is what the ledger holds (`settled_charges`): every `current`, the fee's
@@ -322,15 +223,15 @@ def costs(
     """
     if settled is None:
         built = buckets.build(scheduled, terms.fee, ())
-        return buckets.to_status(built), CostsReason.FROM_CALCULATOR
-    fee = usage.Meter.SUBSCRIPTION.value
+        return buckets.to_status(built), reasons.CostsReason.FROM_CALCULATOR
+    fee = models.MeterName.SUBSCRIPTION.value
     built = buckets.build(
         scheduled,
         terms.fee,
         [c for c in settled if c.source != fee],
         settled_fees=[c for c in settled if c.source == fee],
     )
-    return buckets.to_status(built), CostsReason.FROM_DB
+    return buckets.to_status(built), reasons.CostsReason.FROM_DB
 
 
 # ---------------------------------------------------------------- the finalizer

@@ -76,7 +76,7 @@ def rfc3339(t: dt.datetime) -> str:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ExecutionRecord:
+class RunRecord:
     """One run's outcome as written to `status.executionHistory`."""
 
     execution_time: dt.datetime
@@ -84,9 +84,9 @@ class ExecutionRecord:
     duration: str
     error: str = ""
 
-    def to_status(self) -> bodies.ExecutionRecord:
+    def to_status(self) -> bodies.ExecutionRecordBody:
         """The API shape (`executionTime`, `status`, `duration`, `error` when failed)."""
-        out: bodies.ExecutionRecord = {
+        out: bodies.ExecutionRecordBody = {
             "executionTime": rfc3339(self.execution_time),
             "status": "Success" if self.succeeded else "Failed",
             "duration": self.duration,
@@ -97,13 +97,13 @@ class ExecutionRecord:
 
 
 def status_after_run(
-    status: bodies.CostJobStatus | None, record: ExecutionRecord
-) -> bodies.CostJobStatus:
+    status: bodies.CostJobStatusBody | None, record: RunRecord
+) -> bodies.CostJobStatusBody:
     """The CostJob status fields a run writes: the record prepended (newest first, at most ten),
     the last-execution fields, and the last success time only when this run succeeded."""
-    history: Sequence[bodies.ExecutionRecord] = (status or {}).get("executionHistory") or []
+    history: Sequence[bodies.ExecutionRecordBody] = (status or {}).get("executionHistory") or []
     entry = record.to_status()
-    out: bodies.CostJobStatus = {
+    out: bodies.CostJobStatusBody = {
         "executionHistory": [entry, *history][:HISTORY_LIMIT],
         "lastExecutionTime": entry["executionTime"],
         "lastExecutionStatus": entry["status"],
@@ -113,11 +113,11 @@ def status_after_run(
     return out
 
 
-def record_change(record: ExecutionRecord) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+def record_change(record: RunRecord) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     """A status change for the CostJob object as read: its status with this run recorded."""
 
     def change(costjob: Mapping[str, Any]) -> dict[str, Any]:
-        current: bodies.CostJobStatus = costjob.get("status") or bodies.CostJobStatus()
+        current: bodies.CostJobStatusBody = costjob.get("status") or bodies.CostJobStatusBody()
         return {**current, **status_after_run(current, record)}
 
     return change

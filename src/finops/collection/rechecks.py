@@ -27,7 +27,6 @@ from finops.billing import ticks
 from finops.collection import charge_plan
 
 Window: TypeAlias = tuple[dt.datetime, dt.datetime]
-HOUR = ticks.HOUR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +136,7 @@ def _wanted(
         return None if through is None or through <= start else (start, through)
     changed = first_difference(old, sub)
     if changed is not None:
-        return (ticks.floor_hour(changed), max(scheduled, ticks.floor_hour(changed) + HOUR))
+        return (ticks.floor_hour(changed), max(scheduled, ticks.floor_hour(changed) + ticks.HOUR))
     if through is not None and sub.window is not None and sub.window[0] < through:
         start = max(sub.window[0], old.charged_through)
         return (start, through) if start < through else None
@@ -205,9 +204,9 @@ def _changed_hours(
                 if sub.bills_usage and sub.alive(hour):
                     window = out.windows.get(sub.uid)
                     out.windows[sub.uid] = (
-                        (hour, hour + HOUR)
+                        (hour, hour + ticks.HOUR)
                         if window is None
-                        else (min(window[0], hour), max(window[1], hour + HOUR))
+                        else (min(window[0], hour), max(window[1], hour + ticks.HOUR))
                     )
             out.done_hours.append(hour)
         elif (

@@ -24,7 +24,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import lightkube
+from lightkube.resources import batch_v1, core_v1
 
+from finops.api import bodies
 from finops.controller import (
     config,
     cost_metrics,
@@ -40,6 +42,7 @@ from finops.controller import (
 )
 from finops.kube import client as kube_client
 from finops.kube import leader, resources, reviews, watch
+from finops.provisioning import costjobs
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +51,13 @@ Key = tuple[str, str, str]
 QUEUE_NAME = "finops"
 
 
-class Reconciler(Protocol):
+class KeyReconciler(Protocol):
     controller: str
 
     async def reconcile(self, key: Key) -> float | None: ...
 
 
-def spec_or_meta_changed(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+def spec_or_meta_changed(old: bodies.Object | None, new: bodies.Object | None) -> bool:
     """Creation, deletion, a new generation, or changed labels/annotations.
 
     Status-only updates (including our own status writes) are skipped: they would only
@@ -75,7 +78,7 @@ def owner_costjob(obj: dict[str, Any]) -> Key | None:
     """The CostJob controlling an owned CronJob/Secret."""
     meta = obj.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == costjob.KIND and ref.get("controller"):
+        if ref.get("kind") == costjobs.KIND and ref.get("controller"):
             return ("CostJob", str(meta.get("namespace") or ""), str(ref.get("name")))
     return None
 
@@ -86,7 +89,7 @@ class Manager:
     def __init__(
         self,
         client: lightkube.AsyncClient,
-        settings: config.Settings,
+        settings: config.ControllerSettings,
         *,
         ledger_dsn: str | None = None,
     ) -> None:
@@ -101,19 +104,11 @@ class Manager:
         self.leading.set()
         # With leader election: whether the Lease is fresh enough to act on (see leader.holds).
         self.may_act: Callable[[], bool] = lambda: True
-        owned = {costjob.MANAGED_BY_LABEL: costjob.MANAGED_BY}
-        self.pricebooks = watch.Source(client, resources.PriceBook, self._on_pricebook)
-        self.sources = [
-            self.pricebooks,
-            watch.Source(client, resources.CostJob, self._on_costjob),
-            watch.Source(client, resources.FinOpsProvider, self._on_provider, namespaced=False),
-            watch.Source(client, kube_client.CronJob, self._on_owned, labels=owned),
-            watch.Source(client, kube_client.Secret, self._on_owned, labels=owned),
-        ]
-        self.reconcilers: dict[str, Reconciler] = {
-            "PriceBook": pricebook.Reconciler(client, settings, self.pricebooks.store),
-            "CostJob": costjob.Reconciler(client, settings),
-            "FinOpsProvider": finopsprovider.Reconciler(client, settings),
+        self._watch_own_kinds(client)
+        self.reconcilers: dict[str, KeyReconciler] = {
+            "PriceBook": pricebook.PriceBookReconciler(client, settings, self.pricebooks.store),
+            "CostJob": costjob.CostJobReconciler(client, settings),
+            "FinOpsProvider": finopsprovider.ProviderReconciler(client, settings),
         }
         # Offerings and Subscriptions: their sources, caches, fan-out and reconcilers.
         self.hierarchy = hierarchy_watch.Wiring(
@@ -128,16 +123,39 @@ class Manager:
         self.reconcilers.update(self.hierarchy.reconcilers)
         # Budgets are only read for their metrics: no reconciler, and the workers do not
         # wait for this cache.
-        self.budgets = watch.Source(client, resources.Budget, lambda *_: None)
+        self.budgets = watch.Source(client, resources.Budget, lambda *_: None, bodies.as_budget)
         if ledger_dsn is not None:
             period_metrics.install(metrics.REGISTRY, ledger_dsn, settings.cluster_id)
         cost_metrics.install(
             metrics.REGISTRY,
             lambda: list(self.hierarchy.subscription_source.store.values()),
             lambda: list(self.pricebooks.store.values()),
-            lambda: list(self.sources[1].store.values()),
+            lambda: list(self.costjobs.store.values()),
             lambda: list(self.budgets.store.values()),
         )
+
+    def _watch_own_kinds(self, client: lightkube.AsyncClient) -> None:
+        """Typed watch stores of PriceBooks, CostJobs and the provider; the CronJobs and
+        Secrets the CostJobs own are watched only to wake their owner."""
+        owned = {costjobs.MANAGED_BY_LABEL: costjobs.MANAGED_BY}
+        self.pricebooks = watch.Source(
+            client, resources.PriceBook, self._on_pricebook, bodies.as_pricebook
+        )
+        self.costjobs = watch.Source(client, resources.CostJob, self._on_costjob, bodies.as_costjob)
+        self.providers = watch.Source(
+            client,
+            resources.FinOpsProvider,
+            self._on_provider,
+            bodies.as_finops_provider,
+            namespaced=False,
+        )
+        self.sources: list[watch.Source[Any]] = [
+            self.pricebooks,
+            self.costjobs,
+            self.providers,
+            watch.Source(client, batch_v1.CronJob, self._on_owned, watch.raw, labels=owned),
+            watch.Source(client, core_v1.Secret, self._on_owned, watch.raw, labels=owned),
+        ]
 
     def enqueue(self, key: Key) -> None:
         self._adds.inc()
@@ -145,21 +163,24 @@ class Manager:
         self._depth.set(len(self.queue))
 
     def _on_pricebook(
-        self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+        self, kind: str, old: bodies.PriceBookBody | None, new: bodies.PriceBookBody | None
     ) -> None:
         if spec_or_meta_changed(old, new):
             self.enqueue(pricebook.KEY)
         self.hierarchy.on_pricebook(old, new)
 
     def _on_costjob(
-        self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+        self, kind: str, old: bodies.CostJobBody | None, new: bodies.CostJobBody | None
     ) -> None:
         if new is not None and spec_or_meta_changed(old, new):
             ns, name = watch.object_key(new)
             self.enqueue(("CostJob", ns, name))
 
     def _on_provider(
-        self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+        self,
+        kind: str,
+        old: bodies.FinOpsProviderBody | None,
+        new: bodies.FinOpsProviderBody | None,
     ) -> None:
         if new is not None and spec_or_meta_changed(old, new):
             self.enqueue(("FinOpsProvider", "", watch.object_key(new)[1]))
@@ -174,8 +195,8 @@ class Manager:
         keys: list[Key] = []
         if self.pricebooks.store:
             keys.append(pricebook.KEY)
-        keys.extend(("CostJob", ns, name) for ns, name in self.sources[1].store)
-        keys.extend(("FinOpsProvider", "", name) for _, name in self.sources[2].store)
+        keys.extend(("CostJob", ns, name) for ns, name in self.costjobs.store)
+        keys.extend(("FinOpsProvider", "", name) for _, name in self.providers.store)
         keys.extend(self.hierarchy.resync_keys())
         return keys
 
@@ -327,7 +348,7 @@ async def _start_servers(
     return servers
 
 
-async def run(args: argparse.Namespace, settings: config.Settings) -> int:
+async def run(args: argparse.Namespace, settings: config.ControllerSettings) -> int:
     """The manager's whole life; returns the process exit code."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -385,7 +406,9 @@ async def run(args: argparse.Namespace, settings: config.Settings) -> int:
     return code
 
 
-def _elector(client: lightkube.AsyncClient, settings: config.Settings) -> leader.LeaderElector:
+def _elector(
+    client: lightkube.AsyncClient, settings: config.ControllerSettings
+) -> leader.LeaderElector:
     """Lease timings derived from the lease duration, as controller-runtime's defaults are."""
     return leader.LeaderElector(
         client,

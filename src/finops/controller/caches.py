@@ -15,21 +15,25 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from finops.api import bodies, views
 from finops.hierarchy import family, offerings, refs
 
-Store = dict[tuple[str, str], dict[str, Any]]
+B = TypeVar("B", bodies.OfferingBody, bodies.SubscriptionBody)
+OfferingStore = dict[tuple[str, str], bodies.OfferingBody]
+SubscriptionStore = dict[tuple[str, str], bodies.SubscriptionBody]
+NamespaceStore = dict[tuple[str, str], dict[str, Any]]
 
 
-class Index:
+class Index(Generic[B]):
     """value -> keys of the objects whose `values(obj)` include it."""
 
-    def __init__(self, values: Callable[[Mapping[str, Any]], Iterable[Hashable]]) -> None:
-        self.values = values
-        self._keys: dict[Hashable, set[refs.Key]] = collections.defaultdict(set)
+    def __init__(self, values: Callable[[B], Iterable[Hashable]]) -> None:
+        self.values: Callable[[B], Iterable[Hashable]] = values
+        self._keys: dict[Hashable, set[views.Key]] = collections.defaultdict(set)
 
-    def update(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+    def update(self, old: B | None, new: B | None) -> None:
         """Move one object from the values it had to the values it has."""
         if old is not None:
             key = refs.key_of(old)
@@ -44,21 +48,21 @@ class Index:
             for value in set(self.values(new)):
                 self._keys[value].add(key)
 
-    def keys(self, value: Hashable) -> set[refs.Key]:
+    def keys(self, value: Hashable) -> set[views.Key]:
         return set(self._keys.get(value, ()))
 
 
-def _root(obj: Mapping[str, Any]) -> list[str]:
+def _root(obj: bodies.SubscriptionBody) -> list[str]:
     root = family.root_of(obj)
     return [root] if root else []
 
 
-def _parent(obj: Mapping[str, Any]) -> list[refs.Key]:
+def _parent(obj: bodies.SubscriptionBody) -> list[views.Key]:
     up = family.parent_key(obj)
     return [up] if up is not None else []
 
 
-def _offering(obj: Mapping[str, Any]) -> list[refs.Key]:
+def _offering(obj: bodies.SubscriptionBody) -> list[views.Key]:
     key = family.offering_key(obj)
     return [key] if key is not None else []
 
@@ -68,45 +72,45 @@ class Caches:
 
     def __init__(
         self,
-        offerings_store: Store,
-        subscriptions_store: Store,
-        books: Mapping[Any, dict[str, Any]],
-        namespaces: Store | None = None,
+        offerings_store: OfferingStore,
+        subscriptions_store: SubscriptionStore,
+        books: Mapping[tuple[str, str], bodies.PriceBookBody],
+        namespaces: NamespaceStore | None = None,
     ) -> None:
         self.offerings = offerings_store
         self.subscriptions = subscriptions_store
         self.books = books
         self.namespaces = namespaces
-        self.roots = Index(_root)
-        self.parents = Index(_parent)
-        self.bound = Index(_offering)
-        self.requirers = Index(offerings.requirements)
+        self.roots: Index[bodies.SubscriptionBody] = Index(_root)
+        self.parents: Index[bodies.SubscriptionBody] = Index(_parent)
+        self.bound: Index[bodies.SubscriptionBody] = Index(_offering)
+        self.requirers: Index[bodies.OfferingBody] = Index(offerings.requirements)
 
     def subscription_changed(
-        self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+        self, old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None
     ) -> None:
         for index in (self.roots, self.parents, self.bound):
             index.update(old, new)
 
     def offering_changed(
-        self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+        self, old: bodies.OfferingBody | None, new: bodies.OfferingBody | None
     ) -> None:
         self.requirers.update(old, new)
 
-    def _subs(self, keys: Iterable[refs.Key]) -> list[dict[str, Any]]:
+    def _subs(self, keys: Iterable[views.Key]) -> list[bodies.SubscriptionBody]:
         found = (self.subscriptions.get(k) for k in sorted(keys))
         return [s for s in found if s is not None]
 
-    def members(self, root: str) -> list[dict[str, Any]]:
+    def members(self, root: str) -> list[bodies.SubscriptionBody]:
         """The family index as `family.Members`."""
         return self._subs(self.roots.keys(root))
 
-    def children(self, parent: refs.Key) -> list[dict[str, Any]]:
+    def children(self, parent: views.Key) -> list[bodies.SubscriptionBody]:
         """The parent index as `family.Children`."""
         return self._subs(self.parents.keys(parent))
 
-    def offering(self, key: refs.Key) -> dict[str, Any] | None:
+    def offering(self, key: views.Key) -> bodies.OfferingBody | None:
         return self.offerings.get(key)
 
-    def subscription(self, key: refs.Key) -> dict[str, Any] | None:
+    def subscription(self, key: views.Key) -> bodies.SubscriptionBody | None:
         return self.subscriptions.get(key)

@@ -12,14 +12,15 @@ import pathlib
 import re
 from collections.abc import Mapping
 
+from finops.api import environment
 from finops.billing import periods
 from finops.store import partitions
 
 REQUIRED = (
-    "POSTGRES_CONNECTION_STRING",
-    "OPENCOST_CONNECTION_STRING",
-    "OPENCOST_DEPLOYMENT_NAME",
-    "OPENCOST_DEPLOYMENT_NAMESPACE",
+    environment.Env.POSTGRES_CONNECTION_STRING,
+    environment.Env.OPENCOST_CONNECTION_STRING,
+    environment.Env.OPENCOST_DEPLOYMENT_NAME,
+    environment.Env.OPENCOST_DEPLOYMENT_NAMESPACE,
 )
 DEFAULT_JOB_SERVICE_ACCOUNT = "finops-operator-job"
 DEFAULT_WORKERS = 4
@@ -31,7 +32,7 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Settings:
+class ControllerSettings:
     """Everything the reconcilers need from the environment."""
 
     postgres_dsn: str
@@ -71,8 +72,8 @@ class Settings:
 
 
 def _own_namespace(env: Mapping[str, str]) -> str:
-    if env.get("POD_NAMESPACE"):
-        return env["POD_NAMESPACE"]
+    if env.get(environment.Env.POD_NAMESPACE):
+        return env[environment.Env.POD_NAMESPACE]
     try:
         return _SA_NAMESPACE_FILE.read_text().strip() or "default"
     except OSError:
@@ -103,7 +104,7 @@ def _workers(env: Mapping[str, str]) -> int:
     Zero, a negative count or a fraction is refused rather than quietly turned into some
     count, so a mistyped value stops the manager with the variable's name.
     """
-    raw = env.get("FINOPS_WORKERS", "").strip()
+    raw = env.get(environment.Env.FINOPS_WORKERS, "").strip()
     if not raw:
         return DEFAULT_WORKERS
     if not re.fullmatch(r"[0-9]+", raw) or int(raw) < 1:
@@ -120,10 +121,10 @@ def _billing(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     except (periods.SettingsError, partitions.SettingsError) as exc:
         raise ConfigError(str(exc)) from None
     names = (
-        periods.TIME_ZONE_ENV,
-        periods.GRACE_ENV,
-        partitions.RETENTION_MONTHS_ENV,
-        partitions.RETENTION_ACTION_ENV,
+        environment.Env.FINOPS_BILLING_TIME_ZONE,
+        environment.Env.FINOPS_PERIOD_GRACE_HOURS,
+        environment.Env.FINOPS_LEDGER_RETENTION_MONTHS,
+        environment.Env.FINOPS_LEDGER_RETENTION_ACTION,
     )
     return tuple((n, env[n].strip()) for n in names if env.get(n, "").strip())
 
@@ -133,7 +134,7 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 def _pull_policy(env: Mapping[str, str]) -> str:
     """`OPERATOR_IMAGE_PULL_POLICY`: one of Kubernetes' three policies, or empty when unset."""
-    raw = env.get("OPERATOR_IMAGE_PULL_POLICY", "").strip()
+    raw = env.get(environment.Env.OPERATOR_IMAGE_PULL_POLICY, "").strip()
     if raw and raw not in PULL_POLICIES:
         raise ConfigError(
             f"OPERATOR_IMAGE_PULL_POLICY must be one of {', '.join(PULL_POLICIES)}, got {raw!r}"
@@ -141,37 +142,38 @@ def _pull_policy(env: Mapping[str, str]) -> str:
     return raw
 
 
-def from_env(env: Mapping[str, str]) -> Settings:
+def from_env(env: Mapping[str, str]) -> ControllerSettings:
     """Build settings or raise `ConfigError` naming the first missing required variable."""
     for name in REQUIRED:
         if not env.get(name, "").strip():
             raise ConfigError(f"required environment variable {name} is not set")
     own = _own_namespace(env)
-    allowed_raw = env.get("COSTJOB_ALLOWED_NAMESPACES", "").strip()
+    allowed_raw = env.get(environment.Env.COSTJOB_ALLOWED_NAMESPACES, "").strip()
     allowed = (
         frozenset(n.strip() for n in allowed_raw.split(",") if n.strip())
         if allowed_raw
         else frozenset({own})
     )
-    resync = _seconds(env, "FINOPS_RESYNC_SECONDS", 300.0)
-    lease = _seconds(env, "FINOPS_LEASE_DURATION_SECONDS", 15.0)
+    resync = _seconds(env, environment.Env.FINOPS_RESYNC_SECONDS, 300.0)
+    lease = _seconds(env, environment.Env.FINOPS_LEASE_DURATION_SECONDS, 15.0)
     workers = _workers(env)
     pull_policy = _pull_policy(env)
     billing = _billing(env)
-    return Settings(
-        postgres_dsn=env["POSTGRES_CONNECTION_STRING"],
-        opencost_url=env["OPENCOST_CONNECTION_STRING"].strip(),
-        opencost_deployment_name=env["OPENCOST_DEPLOYMENT_NAME"].strip(),
-        opencost_namespace=env["OPENCOST_DEPLOYMENT_NAMESPACE"].strip(),
+    return ControllerSettings(
+        postgres_dsn=env[environment.Env.POSTGRES_CONNECTION_STRING],
+        opencost_url=env[environment.Env.OPENCOST_CONNECTION_STRING].strip(),
+        opencost_deployment_name=env[environment.Env.OPENCOST_DEPLOYMENT_NAME].strip(),
+        opencost_namespace=env[environment.Env.OPENCOST_DEPLOYMENT_NAMESPACE].strip(),
         pod_namespace=own,
-        mto_enabled=env.get("MTO_ENABLED") == "true",
-        cluster_id=env.get("CLUSTER_ID") or "default",
-        enable_webhooks=env.get("ENABLE_WEBHOOKS") != "false",
-        webhook_bind_address=env.get("WEBHOOK_BIND_ADDRESS") or ":9443",
-        image_pull_secrets=env.get("IMAGE_PULL_SECRETS", ""),
-        operator_image=env.get("OPERATOR_IMAGE", ""),
+        mto_enabled=env.get(environment.Env.MTO_ENABLED) == "true",
+        cluster_id=env.get(environment.Env.CLUSTER_ID) or "default",
+        enable_webhooks=env.get(environment.Env.ENABLE_WEBHOOKS) != "false",
+        webhook_bind_address=env.get(environment.Env.WEBHOOK_BIND_ADDRESS) or ":9443",
+        image_pull_secrets=env.get(environment.Env.IMAGE_PULL_SECRETS, ""),
+        operator_image=env.get(environment.Env.OPERATOR_IMAGE, ""),
         operator_image_pull_policy=pull_policy,
-        job_service_account=env.get("JOB_SERVICE_ACCOUNT") or DEFAULT_JOB_SERVICE_ACCOUNT,
+        job_service_account=env.get(environment.Env.JOB_SERVICE_ACCOUNT)
+        or DEFAULT_JOB_SERVICE_ACCOUNT,
         costjob_allowed_namespaces=allowed,
         resync_seconds=resync,
         lease_duration_seconds=lease,

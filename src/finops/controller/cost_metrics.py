@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TypeAlias, TypeVar
 
 import prometheus_client
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from finops.api import bodies
 from finops.collection import durations
 
-Objects = Callable[[], Iterable[Mapping[str, Any]]]
+B = TypeVar(
+    "B", bodies.SubscriptionBody, bodies.PriceBookBody, bodies.CostJobBody, bodies.BudgetBody
+)
+Objects: TypeAlias = Callable[[], Iterable[B]]
+"""The current contents of one watch store."""
 
 _SUB_LABELS = ["namespace", "subscription", "offering", "granularity", "meter"]
 
@@ -32,14 +37,16 @@ def _timestamp(value: object) -> float | None:
         return None
 
 
-def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind:
+def _condition(obj: Mapping[str, object], kind: str) -> Mapping[str, object]:
+    status = obj.get("status")
+    found = status.get("conditions") if isinstance(status, Mapping) else None
+    for c in found if isinstance(found, list) else []:
+        if isinstance(c, Mapping) and c.get("type") == kind:
             return dict(c)
     return {}
 
 
-def subscription_families(subs: Iterable[Mapping[str, Any]]) -> list[GaugeMetricFamily]:
+def subscription_families(subs: Iterable[bodies.SubscriptionBody]) -> list[GaugeMetricFamily]:
     """Settled and projected micros per bucket and meter, and whether each is active."""
     current = GaugeMetricFamily(
         "finops_subscription_cost_current_micros",
@@ -59,7 +66,9 @@ def subscription_families(subs: Iterable[Mapping[str, Any]]) -> list[GaugeMetric
     for sub in subs:
         meta = sub.get("metadata") or {}
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        offering = str(((sub.get("spec") or {}).get("offeringRef") or {}).get("name", ""))
+        spec = sub.get("spec")
+        ref = None if spec is None else spec.get("offeringRef")
+        offering = "" if ref is None else str(ref.get("name", ""))
         is_active = _condition(sub, "Active").get("status") == "True"
         active.add_metric([ns, name, offering], 1.0 if is_active else 0.0)
         for bucket in (sub.get("status") or {}).get("costs") or []:
@@ -71,7 +80,7 @@ def subscription_families(subs: Iterable[Mapping[str, Any]]) -> list[GaugeMetric
     return [current, projected, active]
 
 
-def pricebook_families(books: Iterable[Mapping[str, Any]]) -> list[GaugeMetricFamily]:
+def pricebook_families(books: Iterable[bodies.PriceBookBody]) -> list[GaugeMetricFamily]:
     """Which book is active (value 1), with its currency, and each book's readiness."""
     info = GaugeMetricFamily(
         "finops_pricebook_active_info",
@@ -87,14 +96,15 @@ def pricebook_families(books: Iterable[Mapping[str, Any]]) -> list[GaugeMetricFa
         meta = book.get("metadata") or {}
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         if (book.get("status") or {}).get("active") is True:
-            currency = str((book.get("spec") or {}).get("currency", ""))
+            spec = book.get("spec")
+            currency = "" if spec is None else spec.get("currency", "")
             info.add_metric([ns, name, currency], 1.0)
         is_ready = _condition(book, "Ready").get("status") == "True"
         ready.add_metric([ns, name], 1.0 if is_ready else 0.0)
     return [info, ready]
 
 
-def costjob_families(jobs: Iterable[Mapping[str, Any]]) -> list[GaugeMetricFamily]:
+def costjob_families(jobs: Iterable[bodies.CostJobBody]) -> list[GaugeMetricFamily]:
     """The outcome, time and duration of each CostJob's last recorded run."""
     labels = ["namespace", "costjob", "type"]
     success = GaugeMetricFamily(
@@ -145,7 +155,7 @@ def costjob_families(jobs: Iterable[Mapping[str, Any]]) -> list[GaugeMetricFamil
     return [success, last, last_ok, duration]
 
 
-def budget_families(items: Iterable[Mapping[str, Any]]) -> list[GaugeMetricFamily]:
+def budget_families(items: Iterable[bodies.BudgetBody]) -> list[GaugeMetricFamily]:
     """Each evaluated Budget's amount, spend and forecast for its current period, as its
     status says (a Budget not evaluated yet has no samples)."""
     labels = ["namespace", "budget"]
@@ -167,11 +177,13 @@ def budget_families(items: Iterable[Mapping[str, Any]]) -> list[GaugeMetricFamil
         ),
     }
     for item in items:
-        meta, status = item.get("metadata") or {}, item.get("status") or {}
+        meta = item.get("metadata") or {}
+        status: Mapping[str, object] = item.get("status") or {}
         key = [str(meta.get("namespace", "")), str(meta.get("name", ""))]
         for field, family in families.items():
-            if isinstance(status.get(field), int):
-                family.add_metric(key, float(status[field]))
+            value = status.get(field)
+            if isinstance(value, int):
+                family.add_metric(key, float(value))
     return list(families.values())
 
 
@@ -180,10 +192,10 @@ class CostCollector(Collector):
 
     def __init__(
         self,
-        subscriptions: Objects,
-        pricebooks: Objects,
-        costjobs: Objects,
-        budgets: Objects = list,
+        subscriptions: Objects[bodies.SubscriptionBody],
+        pricebooks: Objects[bodies.PriceBookBody],
+        costjobs: Objects[bodies.CostJobBody],
+        budgets: Objects[bodies.BudgetBody] = list,
     ) -> None:
         self._subscriptions = subscriptions
         self._pricebooks = pricebooks
@@ -202,10 +214,10 @@ _installed: list[CostCollector] = []
 
 def install(
     registry: prometheus_client.CollectorRegistry,
-    subscriptions: Objects,
-    pricebooks: Objects,
-    costjobs: Objects,
-    budgets: Objects = list,
+    subscriptions: Objects[bodies.SubscriptionBody],
+    pricebooks: Objects[bodies.PriceBookBody],
+    costjobs: Objects[bodies.CostJobBody],
+    budgets: Objects[bodies.BudgetBody] = list,
 ) -> None:
     """Serve the cost metrics of these caches on `registry`, replacing any earlier ones (a
     replica that regains leadership builds new caches)."""

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import lightkube
 from lightkube.resources import core_v1
 
+from finops.api import bodies
 from finops.controller import caches as caches_
 from finops.controller import (
     config,
@@ -38,38 +39,42 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]
 TARGET_RECHECK_CAP = 60.0
+B = TypeVar("B", bodies.OfferingBody, bodies.SubscriptionBody)
 
 
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    meta: Mapping[str, Any] = (obj or {}).get("metadata") or {}
-    return meta
+def _meta(obj: bodies.Object | None) -> bodies.ObjectMetaBody:
+    return (obj or {}).get("metadata") or {}
 
 
-def beyond_status(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+def beyond_status(old: B | None, new: B | None) -> bool:
     """The object's own reconciler has work: created, or anything but status changed."""
     if new is None:
         return False
     if old is None:
         return True
     o, n = _meta(old), _meta(new)
-    return any(
-        o.get(field) != n.get(field)
-        for field in ("generation", "deletionTimestamp", "finalizers", "labels", "annotations")
+    return (
+        o.get("generation") != n.get("generation")
+        or o.get("deletionTimestamp") != n.get("deletionTimestamp")
+        or o.get("finalizers") != n.get("finalizers")
+        or o.get("labels") != n.get("labels")
+        or o.get("annotations") != n.get("annotations")
     )
 
 
-def deletion_flipped(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+def deletion_flipped(old: B | None, new: B | None) -> bool:
     """Created, gone, or the deletion timestamp appeared."""
     if old is None or new is None:
         return True
     return refs.is_deleting(old) != refs.is_deleting(new)
 
 
-def book_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+def book_changed(old: bodies.PriceBookBody | None, new: bodies.PriceBookBody | None) -> bool:
     """A PriceBook change that can let an unresolved Offering resolve (or stop it)."""
     if old is None or new is None:
         return True
-    o, n = old.get("status") or {}, new.get("status") or {}
+    o: bodies.PriceBookStatusBody = old.get("status") or {}
+    n: bodies.PriceBookStatusBody = new.get("status") or {}
     return (
         old.get("spec") != new.get("spec")
         or o.get("active") != n.get("active")
@@ -78,10 +83,15 @@ def book_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -
 
 
 def labels_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
-    return new is not None and (old is None or _meta(old).get("labels") != _meta(new).get("labels"))
+    """A Namespace's labels changed (Namespaces are kept as raw JSON)."""
+    if new is None:
+        return False
+    return old is None or (old.get("metadata") or {}).get("labels") != (
+        new.get("metadata") or {}
+    ).get("labels")
 
 
-def joined_family(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+def joined_family(old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None) -> bool:
     """The Subscription's `status.compatibilityRoot` was just stamped (or changed).
 
     Its reconcile read the family through the index before the stamp reached the cache, so a
@@ -93,7 +103,7 @@ def joined_family(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) 
 
 
 def subscription_wakes(
-    caches: caches_.Caches, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+    caches: caches_.Caches, old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None
 ) -> set[Key]:
     """The keys one Subscription watch event re-queues (indexes already updated)."""
     either = new if new is not None else old
@@ -121,7 +131,7 @@ def subscription_wakes(
 
 
 def offering_wakes(
-    caches: caches_.Caches, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+    caches: caches_.Caches, old: bodies.OfferingBody | None, new: bodies.OfferingBody | None
 ) -> set[Key]:
     """The keys one Offering watch event re-queues (indexes already updated)."""
     either = new if new is not None else old
@@ -156,24 +166,24 @@ class Wiring:
     def __init__(
         self,
         client: lightkube.AsyncClient,
-        settings: config.Settings,
+        settings: config.ControllerSettings,
         enqueue: Callable[[Key], None],
-        books: Mapping[Any, dict[str, Any]],
+        books: Mapping[tuple[str, str], bodies.PriceBookBody],
         *,
         ledger_dsn: str | None = None,
         pending: Callable[[Key], bool] = lambda _key: False,
     ) -> None:
         self.enqueue = enqueue
-        self.fresh = written.Written(project=watched.hierarchy_object)
+        self.fresh = written.Written(project=watched.subscription)
         self.events = events.Recorder(client, senders=settings.workers)
         self.offering_source = watch.Source(
-            client, resources.Offering, self._on_offering, project=watched.hierarchy_object
+            client, resources.Offering, self._on_offering, watched.offering
         )
         self.subscription_source = watch.Source(
-            client, resources.Subscription, self._on_subscription, project=watched.hierarchy_object
+            client, resources.Subscription, self._on_subscription, watched.subscription
         )
-        self.sources = [self.offering_source, self.subscription_source]
-        namespaces: caches_.Store | None = None
+        self.sources: list[watch.Source[Any]] = [self.offering_source, self.subscription_source]
+        namespaces: caches_.NamespaceStore | None = None
         self.mirror: ledger_mirror.Mirror | None = None
         if ledger_dsn is not None:
             self.mirror = ledger_mirror.Mirror(ledger_dsn, settings.cluster_id)
@@ -181,8 +191,8 @@ class Wiring:
                 client,
                 core_v1.Namespace,
                 self._on_namespace,
+                watched.namespace,
                 namespaced=False,
-                project=watched.namespace,
             )
             self.sources.append(ns_source)
             namespaces = ns_source.store
@@ -190,8 +200,8 @@ class Wiring:
             self.offering_source.store, self.subscription_source.store, books, namespaces
         )
         self.reconcilers: dict[str, Any] = {
-            offering.KIND: offering.Reconciler(client, self.caches, self.mirror),
-            subscription.KIND: subscription.Reconciler(
+            offering.KIND: offering.OfferingReconciler(client, self.caches, self.mirror),
+            subscription.KIND: subscription.SubscriptionReconciler(
                 client,
                 self.caches,
                 target_recheck_seconds=min(settings.resync_seconds, TARGET_RECHECK_CAP),
@@ -207,14 +217,14 @@ class Wiring:
             self.enqueue(key)
 
     def _on_subscription(
-        self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+        self, kind: str, old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None
     ) -> None:
         self.caches.subscription_changed(old, new)
         self.fresh.seen(old, new)
         self._wake(subscription_wakes(self.caches, old, new))
 
     def _on_offering(
-        self, kind: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+        self, kind: str, old: bodies.OfferingBody | None, new: bodies.OfferingBody | None
     ) -> None:
         self.caches.offering_changed(old, new)
         self._wake(offering_wakes(self.caches, old, new))
@@ -228,7 +238,9 @@ class Wiring:
                 {(subscription.KIND, n, name) for n, name in self.caches.subscriptions if n == ns}
             )
 
-    def on_pricebook(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+    def on_pricebook(
+        self, old: bodies.PriceBookBody | None, new: bodies.PriceBookBody | None
+    ) -> None:
         """Called by the manager's PriceBook handler for every PriceBook event."""
         if book_changed(old, new):
             self._wake(unresolved_offerings(self.caches))

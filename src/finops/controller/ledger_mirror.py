@@ -11,14 +11,16 @@ written by this process are remembered, so a steady cluster costs no queries.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import prometheus_client
 
+from finops.api import bodies
 from finops.controller import metrics
 from finops.store import mirror, pool
 
@@ -38,30 +40,47 @@ class MirrorError(Exception):
     """The ledger could not be written (the message carries no secrets)."""
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta: Mapping[str, Any] = obj.get("metadata") or {}
-    return meta
+def _meta(obj: bodies.Object) -> bodies.ObjectMetaBody:
+    return obj.get("metadata") or {}
 
 
-def offering_version(obj: Mapping[str, Any]) -> tuple[str, ...]:
+def offering_version(obj: bodies.OfferingBody) -> tuple[str, ...]:
     """What makes an Offering version distinct."""
     meta = _meta(obj)
     return ("Offering", str(meta.get("uid")), str(meta.get("generation")))
 
 
-def subscription_labels(obj: Mapping[str, Any]) -> dict[str, str]:
+def subscription_labels(obj: bodies.SubscriptionBody) -> dict[str, str]:
     """The Subscription's own `metadata.labels` (labels change without a new generation)."""
-    labels: Mapping[str, Any] = _meta(obj).get("labels") or {}
+    labels = _meta(obj).get("labels") or {}
     return {str(k): str(v) for k, v in labels.items()}
 
 
-def subscription_version(obj: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[str, ...]:
+def subscription_version(
+    obj: bodies.SubscriptionBody, labels: Mapping[str, str]
+) -> tuple[str, ...]:
     """What makes a Subscription version distinct: its generation, its namespace's labels and
     its own labels."""
     meta = _meta(obj)
     both = [dict(labels), subscription_labels(obj)]
     digest = hashlib.sha256(json.dumps(both, sort_keys=True).encode()).hexdigest()
     return ("Subscription", str(meta.get("uid")), str(meta.get("generation")), digest)
+
+
+@dataclasses.dataclass(frozen=True)
+class Version:
+    """The columns both version tables share."""
+
+    cluster: str
+    uid: str
+    namespace: str
+    name: str
+    generation: int
+    resource_version: str
+    spec: Mapping[str, object]
+
+    def columns(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 class Mirror:
@@ -94,34 +113,34 @@ class Mirror:
         MIRROR_WRITES.labels(kind=kind, result="success").inc()
         return True
 
-    def _fields(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+    def _version(self, obj: bodies.Object, spec: Mapping[str, object]) -> Version:
         """The columns both version tables share, read from the object."""
         meta = _meta(obj)
-        return {
-            "cluster": self.cluster,
-            "uid": str(meta.get("uid")),
-            "namespace": str(meta.get("namespace")),
-            "name": str(meta.get("name")),
-            "generation": int(meta.get("generation") or 0),
-            "resource_version": str(meta.get("resourceVersion") or ""),
-            "spec": obj.get("spec") or {},
-        }
+        return Version(
+            cluster=self.cluster,
+            uid=str(meta.get("uid")),
+            namespace=str(meta.get("namespace")),
+            name=str(meta.get("name")),
+            generation=int(meta.get("generation") or 0),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            spec=spec,
+        )
 
-    async def offering(self, obj: Mapping[str, Any]) -> bool:
-        fields = self._fields(obj)
+    async def offering(self, obj: bodies.OfferingBody) -> bool:
+        version = self._version(obj, obj.get("spec") or {})
 
         def write(conn: pool.Connection) -> int:
-            return mirror.upsert_offering_version(conn, **fields)
+            return mirror.upsert_offering_version(conn, **version.columns())
 
         return await self._write("Offering", offering_version(obj), write)
 
-    async def subscription(self, obj: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-        fields = self._fields(obj)
+    async def subscription(self, obj: bodies.SubscriptionBody, labels: Mapping[str, str]) -> bool:
+        version = self._version(obj, obj.get("spec") or {})
 
         def write(conn: pool.Connection) -> int:
             return mirror.upsert_subscription_version(
                 conn,
-                **fields,
+                **version.columns(),
                 namespace_labels=labels,
                 subscription_labels=subscription_labels(obj),
             )
@@ -147,3 +166,25 @@ class Backoff:
 
     def succeeded(self, key: Any) -> None:
         self._failures.pop(key, None)
+
+
+async def mirrored(
+    backoff: Backoff,
+    key: tuple[str, str, str],
+    write: Callable[[], Awaitable[object]],
+    failures: tuple[type[Exception], ...] = (MirrorError,),
+) -> float | None:
+    """Run one reconciler's mirror write: None when it went through, else the delay before the
+    key is tried again (the failure logged with the object it was for; reconciles go on)."""
+    kind, name = key[0], "/".join(key[1:])
+    try:
+        await write()
+    except failures as exc:
+        delay = backoff.failed(key)
+        log.warning(
+            f"could not mirror {kind.lower()} version",
+            extra={kind.lower(): name, "error": str(exc), "retry_in": delay},
+        )
+        return delay
+    backoff.succeeded(key)
+    return None

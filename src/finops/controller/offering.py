@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
 
 import lightkube
 
+from finops.api import bodies, views
 from finops.controller import caches as caches_
 from finops.controller import ledger_mirror
 from finops.hierarchy import offerings, refs
@@ -35,7 +35,7 @@ CONFLICT_RETRY = 0.2
 """Seconds before retrying a write that lost a resourceVersion race (the cache was stale)."""
 
 
-class Reconciler:
+class OfferingReconciler:
     """One Offering per key ("Offering", namespace, name)."""
 
     controller = CONTROLLER
@@ -53,7 +53,7 @@ class Reconciler:
 
     async def reconcile(self, key: tuple[str, str, str]) -> float | None:
         _, namespace, name = key
-        obj = self.caches.offering(refs.Key(namespace, name))
+        obj = self.caches.offering(views.Key(namespace, name))
         if obj is None:
             self.backoff.succeeded(key)
             return None
@@ -68,7 +68,7 @@ class Reconciler:
             raise
         return await self._mirror(key, obj)
 
-    async def _sync(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def _sync(self, obj: bodies.OfferingBody) -> bodies.OfferingBody:
         if offerings.needs_finalizer(obj):
             obj = (
                 await finalizers.add(self.client, resources.Offering, obj, offerings.FINALIZER)
@@ -84,7 +84,9 @@ class Reconciler:
             offerings=list(self.caches.offerings.values()) if deleting else (),
         )
         if decided.changed:
-            obj = await status.write(self.client, resources.Offering, obj, decided.status)
+            obj = bodies.as_offering(
+                await status.write(self.client, resources.Offering, obj, decided.status)
+            )
         for event in decided.events:
             await events.record(self.client, obj, event.type, event.reason, event.message)
         if decided.release_finalizer:
@@ -92,17 +94,8 @@ class Reconciler:
             log.info("offering released", extra={"offering": str(refs.key_of(obj))})
         return obj
 
-    async def _mirror(self, key: tuple[str, str, str], obj: dict[str, Any]) -> float | None:
-        if self.mirror is None:
+    async def _mirror(self, key: tuple[str, str, str], obj: bodies.OfferingBody) -> float | None:
+        mirror = self.mirror
+        if mirror is None:
             return None
-        try:
-            await self.mirror.offering(obj)
-        except ledger_mirror.MirrorError as exc:
-            delay = self.backoff.failed(key)
-            log.warning(
-                "could not mirror offering version",
-                extra={"offering": "/".join(key[1:]), "error": str(exc), "retry_in": delay},
-            )
-            return delay
-        self.backoff.succeeded(key)
-        return None
+        return await ledger_mirror.mirrored(self.backoff, key, lambda: mirror.offering(obj))

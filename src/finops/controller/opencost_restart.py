@@ -10,6 +10,7 @@ import datetime as dt
 import logging
 
 import lightkube
+from lightkube.resources import apps_v1
 
 from finops.api import conditions
 from finops.controller import config, metrics
@@ -34,13 +35,15 @@ def restart_patch(now: dt.datetime) -> dict[str, object]:
     }
 
 
-async def restart(client: lightkube.AsyncClient, settings: config.Settings, cause: str) -> bool:
+async def restart(
+    client: lightkube.AsyncClient, settings: config.ControllerSettings, cause: str
+) -> bool:
     """Patch the OpenCost Deployment; False (logged) when it does not exist."""
     where = f"{settings.opencost_namespace}/{settings.opencost_deployment_name}"
     try:
         await kube_client.merge_patch(
             client,
-            kube_client.Deployment,
+            apps_v1.Deployment,
             settings.opencost_deployment_name,
             restart_patch(dt.datetime.now(dt.UTC)),
             namespace=settings.opencost_namespace,

@@ -24,12 +24,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import lightkube
 from lightkube.resources import core_v1
 
+from finops.api import bodies, views
 from finops.api.reasons import Reason
 from finops.controller import caches as caches_
 from finops.controller import ledger_mirror, written
@@ -56,11 +56,11 @@ directory applied in name order) would write a hold the parent's arrival overwri
 The parent's create wakes it sooner (the parent index); after the grace the hold is written."""
 
 
-Record = Callable[[Mapping[str, Any], str, str, str], Awaitable[None]]
+Record = Callable[[bodies.Object, str, str, str], Awaitable[None]]
 """Records one Event about an object: (object, type, reason, message)."""
 
 
-def watches_target(sub: Mapping[str, Any]) -> bool:
+def watches_target(sub: bodies.SubscriptionBody) -> bool:
     """A live Subscription with a complete `targetRef` whose target must be re-checked."""
     ref = subscriptions.target_ref(sub)
     return (
@@ -78,7 +78,7 @@ def soonest(*delays: float | None) -> float | None:
     return min(found) if found else None
 
 
-class Reconciler:
+class SubscriptionReconciler:
     """One Subscription per key ("Subscription", namespace, name)."""
 
     controller = CONTROLLER
@@ -115,7 +115,7 @@ class Reconciler:
 
     async def reconcile(self, key: tuple[str, str, str]) -> float | None:
         _, namespace, name = key
-        sub = self.lookup(refs.Key(namespace, name))
+        sub = self.lookup(views.Key(namespace, name))
         if sub is None:
             self.read_backoff.succeeded(key)
             self.mirror_backoff.succeeded(key)
@@ -133,16 +133,16 @@ class Reconciler:
             raise
         return soonest(delay, await self._mirror(key, sub))
 
-    def lookup(self, key: refs.Key) -> dict[str, Any] | None:
+    def lookup(self, key: views.Key) -> bodies.SubscriptionBody | None:
         """A Subscription from the watch cache, or as we just wrote it if that is newer."""
         return self.fresh.latest(self.caches.subscription(key))
 
-    def members(self, root: str) -> list[dict[str, Any]]:
+    def members(self, root: str) -> list[bodies.SubscriptionBody]:
         """The family index, each member as fresh as `lookup` has it."""
         return [self.fresh.latest(m) or m for m in self.caches.members(root)]
 
     def _blockers(
-        self, sub: Mapping[str, Any], decided: subscriptions.SubscriptionPlan
+        self, sub: bodies.SubscriptionBody, decided: subscriptions.SubscriptionPlan
     ) -> list[tuple[str, str, str]]:
         """The Subscriptions a hold waits on: the parent that is not Ready, or the family
         members that could cover a missing requirement but are not active (yet)."""
@@ -158,7 +158,7 @@ class Reconciler:
     def _wait_behind(
         self,
         key: tuple[str, str, str],
-        sub: Mapping[str, Any],
+        sub: bodies.SubscriptionBody,
         decided: subscriptions.SubscriptionPlan,
     ) -> bool:
         """Reconcile in dependency order: a Subscription not activated yet, held on a parent
@@ -180,7 +180,7 @@ class Reconciler:
     def _await_parent(
         self,
         key: tuple[str, str, str],
-        sub: Mapping[str, Any],
+        sub: bodies.SubscriptionBody,
         decided: subscriptions.SubscriptionPlan,
     ) -> float | None:
         """Seconds left for a new Subscription (no status written yet) to wait for a parent
@@ -188,7 +188,7 @@ class Reconciler:
         if (
             decided.reason is not Reason.PARENT_SUBSCRIPTION_NOT_FOUND
             or not decided.changed
-            or refs.status_of(sub)
+            or sub.get("status")
             or refs.is_deleting(sub)
         ):
             self.parent_due.pop(key, None)
@@ -201,8 +201,8 @@ class Reconciler:
         return due - now
 
     async def _sync(
-        self, key: tuple[str, str, str], sub: dict[str, Any]
-    ) -> tuple[dict[str, Any], float | None]:
+        self, key: tuple[str, str, str], sub: bodies.SubscriptionBody
+    ) -> tuple[bodies.SubscriptionBody, float | None]:
         if subscriptions.needs_finalizer(sub):
             added = await finalizers.add(
                 self.client, resources.Subscription, sub, subscriptions.FINALIZER
@@ -226,7 +226,9 @@ class Reconciler:
             return sub, BEHIND
         if decided.changed:
             before = sub
-            sub = await status.write(self.client, resources.Subscription, sub, decided.status)
+            sub = bodies.as_subscription(
+                await status.write(self.client, resources.Subscription, sub, decided.status)
+            )
             self.fresh.record(before, sub)
         for event in decided.events:
             await self.record(sub, event.type, event.reason, event.message)
@@ -243,7 +245,7 @@ class Reconciler:
         recheck = self.target_recheck_seconds if watches_target(sub) else None
         return sub, soonest(retry, recheck)
 
-    async def _target(self, sub: Mapping[str, Any]) -> subscriptions.TargetObserved:
+    async def _target(self, sub: bodies.SubscriptionBody) -> subscriptions.TargetObserved:
         """The plain GET the target gate needs (None when the gate has nothing to fetch)."""
         if not watches_target(sub):
             return None
@@ -265,20 +267,17 @@ class Reconciler:
             return None
         return dict((found.get("metadata") or {}).get("labels") or {})
 
-    async def _mirror(self, key: tuple[str, str, str], sub: dict[str, Any]) -> float | None:
-        if self.mirror is None:
+    async def _mirror(
+        self, key: tuple[str, str, str], sub: bodies.SubscriptionBody
+    ) -> float | None:
+        mirror = self.mirror
+        if mirror is None:
             return None
-        try:
+
+        async def write() -> None:
             labels = await self._labels(key[1])
-            if labels is None:
-                return None
-            await self.mirror.subscription(sub, labels)
-        except (ledger_mirror.MirrorError, lightkube.ApiError) as exc:
-            delay = self.mirror_backoff.failed(key)
-            log.warning(
-                "could not mirror subscription version",
-                extra={"subscription": "/".join(key[1:]), "error": str(exc), "retry_in": delay},
-            )
-            return delay
-        self.mirror_backoff.succeeded(key)
-        return None
+            if labels is not None:  # the namespace is gone: nothing to mirror
+                await mirror.subscription(sub, labels)
+
+        failures = (ledger_mirror.MirrorError, lightkube.ApiError)
+        return await ledger_mirror.mirrored(self.mirror_backoff, key, write, failures)

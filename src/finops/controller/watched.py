@@ -28,7 +28,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from finops.api import views
+from finops.api import bodies, views
 from finops.hierarchy import subscriptions
 
 KEPT_TOP = ("apiVersion", "kind", "spec", "status")
@@ -59,11 +59,12 @@ def interned(value: Any) -> Any:
     return value
 
 
-def _metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
-    kept = {k: meta[k] for k in KEPT_META if k in meta}
+def _metadata(meta: bodies.ObjectMetaBody) -> dict[str, Any]:
+    whole: Mapping[str, object] = meta
+    kept = {k: whole[k] for k in KEPT_META if k in whole}
     evidence = subscriptions.policy_evidence(meta)
     if "annotations" in evidence:  # the object has annotations, the long one cut down
-        kept["annotations"] = {**kept["annotations"], **evidence.pop("annotations")}
+        kept["annotations"] = {**(meta.get("annotations") or {}), **evidence.pop("annotations")}
     small: dict[str, Any] = interned(kept)
     small.update(evidence)  # shared constants, already small
     return small
@@ -72,8 +73,18 @@ def _metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
 def hierarchy_object(obj: Mapping[str, Any]) -> dict[str, Any]:
     """An Offering or Subscription as its watch store keeps it."""
     kept = views.Frozen({k: interned(obj[k]) for k in KEPT_TOP if k in obj})
-    kept["metadata"] = _metadata(obj.get("metadata") or {})
+    kept["metadata"] = _metadata(bodies.as_subscription(obj).get("metadata") or {})
     return kept
+
+
+def offering(obj: Mapping[str, Any]) -> bodies.OfferingBody:
+    """An Offering as its watch store keeps it."""
+    return bodies.as_offering(hierarchy_object(obj))
+
+
+def subscription(obj: Mapping[str, Any]) -> bodies.SubscriptionBody:
+    """A Subscription as its watch store keeps it."""
+    return bodies.as_subscription(hierarchy_object(obj))
 
 
 def namespace(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,8 +92,3 @@ def namespace(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     kept = {k: meta[k] for k in ("name", "resourceVersion", "labels") if k in meta}
     return {"metadata": interned(kept)}
-
-
-def unchanged(obj: dict[str, Any]) -> dict[str, Any]:
-    """The whole object (what a store keeps without a projection)."""
-    return obj

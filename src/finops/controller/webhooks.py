@@ -20,6 +20,7 @@ kopf's webhook server writes URL-style configurations of its own, whereas the ch
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
 import json
 import logging
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 
 import lightkube
 
+from finops.api import bodies, models
 from finops.controller import serving
 from finops.hierarchy import admission
 from finops.kube import client as kube_client
@@ -61,8 +63,8 @@ class Request:
     resource: str
     namespace: str
     name: str
-    object: Mapping[str, Any] | None
-    old_object: Mapping[str, Any] | None
+    object: Mapping[str, builtins.object] | None
+    old_object: Mapping[str, builtins.object] | None
 
 
 def parse_review(body: bytes) -> Request:
@@ -119,9 +121,9 @@ def internal_error(uid: str, message: str) -> dict[str, Any]:
 class Reads(Protocol):
     """What the Offering decisions read: every stored Offering and Subscription."""
 
-    async def offerings(self) -> list[dict[str, Any]]: ...
+    async def offerings(self) -> list[bodies.OfferingBody]: ...
 
-    async def subscriptions(self) -> list[dict[str, Any]]: ...
+    async def subscriptions(self) -> list[bodies.SubscriptionBody]: ...
 
 
 class ClusterReads:
@@ -130,15 +132,15 @@ class ClusterReads:
     def __init__(self, client: lightkube.AsyncClient) -> None:
         self.client = client
 
-    async def _list(self, res: Any) -> list[dict[str, Any]]:
+    async def _list(self, res: Any) -> list[dict[str, object]]:
         listing = self.client.list(res, namespace=lightkube.ALL_NS, chunk_size=LIST_CHUNK)
         return [kube_client.to_dict(o) async for o in listing]
 
-    async def offerings(self) -> list[dict[str, Any]]:
-        return await self._list(resources.Offering)
+    async def offerings(self) -> list[bodies.OfferingBody]:
+        return [bodies.as_offering(o) for o in await self._list(resources.Offering)]
 
-    async def subscriptions(self) -> list[dict[str, Any]]:
-        return await self._list(resources.Subscription)
+    async def subscriptions(self) -> list[bodies.SubscriptionBody]:
+        return [bodies.as_subscription(s) for s in await self._list(resources.Subscription)]
 
 
 async def validate_offering(req: Request, reads: Reads) -> admission.Verdict:
@@ -147,11 +149,16 @@ async def validate_offering(req: Request, reads: Reads) -> admission.Verdict:
         if req.object is None:
             raise BadReviewError("CREATE without request.object")
         existing = await reads.offerings()
-        return admission.offering_create(req.object, existing, namespace=req.namespace or None)
+        return admission.offering_create(
+            bodies.as_offering(req.object), existing, namespace=req.namespace or None
+        )
     if req.operation == "DELETE":
-        stored = req.old_object or {"metadata": {"name": req.name, "namespace": req.namespace}}
-        if not (stored.get("metadata") or {}).get("namespace"):
-            stored = {**stored, "metadata": {**stored["metadata"], "namespace": req.namespace}}
+        stored = bodies.as_offering(
+            req.old_object or {"metadata": {"name": req.name, "namespace": req.namespace}}
+        )
+        meta = stored.get("metadata") or {}
+        if not meta.get("namespace"):
+            stored = {**stored, "metadata": {**meta, "namespace": req.namespace}}
         subs, offs = await asyncio.gather(reads.subscriptions(), reads.offerings())
         return admission.offering_delete(stored, subs, offs)
     if req.operation == "UPDATE":
@@ -165,7 +172,9 @@ async def validate_subscription(req: Request, reads: Reads) -> admission.Verdict
         return admission.ALLOWED
     if req.object is None:
         raise BadReviewError("CREATE without request.object")
-    return admission.subscription_create(req.object, namespace=req.namespace or None)
+    return admission.subscription_create(
+        bodies.as_subscription(req.object), namespace=req.namespace or None
+    )
 
 
 Validator = Callable[[Request, Reads], Awaitable[admission.Verdict]]
@@ -184,8 +193,8 @@ async def handle_review(path: str, body: bytes, reads: Reads) -> tuple[int, dict
     except BadReviewError as exc:
         return 400, {"error": str(exc)}
     resource, validate = ROUTES[path]
-    if (req.group, req.resource) != (resources.GROUP, resource):
-        message = f"{path} validates {resource}.{resources.GROUP}, not {req.resource}.{req.group}"
+    if (req.group, req.resource) != (models.GROUP, resource):
+        message = f"{path} validates {resource}.{models.GROUP}, not {req.resource}.{req.group}"
         return 200, internal_error(req.uid, message)
     try:
         verdict = await asyncio.wait_for(validate(req, reads), READ_TIMEOUT_SECONDS)

@@ -14,36 +14,37 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from finops.api import bodies, views
 from finops.hierarchy import refs
 
 
-def version_of(obj: Mapping[str, Any]) -> str:
+def version_of(obj: bodies.Object) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 @dataclasses.dataclass
 class _Entry:
-    obj: dict[str, Any]
+    obj: bodies.SubscriptionBody
     superseded: set[str]
     """The versions our writes replaced on the way to `obj` (the cache may still show one)."""
 
 
 class Written:
-    """key -> the object as last written, while the cache lags behind it."""
+    """key -> the Subscription as last written, while the cache lags behind it."""
 
     def __init__(
-        self, project: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+        self,
+        project: Callable[[Mapping[str, object]], bodies.SubscriptionBody] = bodies.as_subscription,
     ) -> None:
         """`project` is the watch store's projection, so an answer has the cache's shape."""
-        self._entries: dict[refs.Key, _Entry] = {}
-        self.project = project or dict
+        self._entries: dict[views.Key, _Entry] = {}
+        self.project = project
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def record(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+    def record(self, before: bodies.SubscriptionBody, after: bodies.SubscriptionBody) -> None:
         """`before` (as read) was replaced by our write, which returned `after`."""
         old, new = version_of(before), version_of(after)
         if not old or not new or old == new:
@@ -55,7 +56,7 @@ class Written:
             superseded |= entry.superseded  # a chain of our own writes (finalizer, status)
         self._entries[key] = _Entry(self.project(after), superseded)
 
-    def latest(self, cached: dict[str, Any] | None) -> dict[str, Any] | None:
+    def latest(self, cached: bodies.SubscriptionBody | None) -> bodies.SubscriptionBody | None:
         """The freshest version known of the cached object (None stays None: it is gone)."""
         if cached is None:
             return None
@@ -66,7 +67,9 @@ class Written:
             return entry.obj
         return cached
 
-    def seen(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+    def seen(
+        self, old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None
+    ) -> None:
         """A watch event: forget the entry once the cache shows a version we did not replace."""
         either = new if new is not None else old
         if either is None:

@@ -28,20 +28,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from finops.api import environment
 from finops.gateway import budgets as budget_views
 from finops.gateway import dashboard, focus_export, params, statements
 from finops.kube import client as kube_client
 from finops.kube import reviews
-from finops.store import pool, reads
+from finops.store import focus, pool, reads
 
 log = logging.getLogger(__name__)
+READ_FAILURES: tuple[type[Exception], ...] = (focus.LedgerReadError, *pool.BUSY)
+"""A ledger read that failed: the query, or no pooled connection in time."""
 
-PORT_ENV = "PORT"
-DSN_ENV = "PG_CONNECTION_STRING"
-AUTH_ENV = "ENABLE_AUTH"
-ORIGINS_ENV = "ALLOWED_ORIGINS"
 # Where to listen; every interface unless set (the sandbox binds loopback only).
-HOST_ENV = "BIND_HOST"
 DEFAULT_PORT = 8080
 GROUP = "finops.stakater.com"
 UNSETTLED = "includeUnsettled"
@@ -72,7 +70,7 @@ class _OpenAuthorizer(Authorizer):
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class GatewaySettings:
     """The gateway's environment, read once at start."""
 
     port: int
@@ -80,30 +78,39 @@ class Settings:
     auth: bool
     origins: tuple[str, ...]
     cluster: str
+    host: str = "0.0.0.0"
+    """The address to listen on (`BIND_HOST`; the sandbox binds loopback only)."""
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewaySettings:
         env = os.environ if environ is None else environ
-        dsn = env.get(DSN_ENV, "").strip()
+        dsn = env.get(environment.Env.PG_CONNECTION_STRING, "").strip()
         if not dsn:
-            raise pool.LedgerConnectionError(f"{DSN_ENV} is not set; it must hold the DSN")
-        raw_port = env.get(PORT_ENV, "").strip() or str(DEFAULT_PORT)
+            raise pool.LedgerConnectionError(
+                f"{environment.Env.PG_CONNECTION_STRING} is not set; it must hold the DSN"
+            )
+        raw_port = env.get(environment.Env.PORT, "").strip() or str(DEFAULT_PORT)
         try:
             port = int(raw_port)
         except ValueError:
-            raise ValueError(f"{PORT_ENV} must be a port number, got {raw_port!r}") from None
-        origins = tuple(o.strip() for o in env.get(ORIGINS_ENV, "").split(",") if o.strip())
+            raise ValueError(
+                f"{environment.Env.PORT} must be a port number, got {raw_port!r}"
+            ) from None
+        origins = tuple(
+            o.strip() for o in env.get(environment.Env.ALLOWED_ORIGINS, "").split(",") if o.strip()
+        )
         return cls(
             port=port,
             dsn=dsn,
-            auth=env.get(AUTH_ENV) != "false",
+            auth=env.get(environment.Env.ENABLE_AUTH) != "false",
             origins=origins,
             cluster=pool.cluster_id(env),
+            host=env.get(environment.Env.BIND_HOST, "").strip() or "0.0.0.0",
         )
 
 
 def _focus_handler(
-    settings: Settings,
+    settings: GatewaySettings,
     ledger: Callable[[], pool.Pool],
     authorizer: Authorizer,
 ) -> Callable[[Request], Awaitable[Response]]:
@@ -141,7 +148,7 @@ def _focus_handler(
         )
         try:
             head = await run_in_threadpool(next, body)
-        except (focus_export.LedgerReadError, pool.PoolTimeout) as exc:
+        except READ_FAILURES as exc:
             reason = pool.redact(str(exc).strip() or type(exc).__name__, settings.dsn)
             log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), reason)
             return params.error(503, "the ledger is unavailable")
@@ -159,7 +166,9 @@ Query = Callable[[pool.Connection, dt.datetime, dt.datetime], Any]
 Guarded = Callable[[Request, Query], Awaitable[JSONResponse]]
 
 
-def _guard(settings: Settings, ledger: Callable[[], pool.Pool], authorizer: Authorizer) -> Guarded:
+def _guard(
+    settings: GatewaySettings, ledger: Callable[[], pool.Pool], authorizer: Authorizer
+) -> Guarded:
     """Run a ledger query for an authorised caller's namespace and window; refusals, a bad
     window and an unavailable ledger become the matching error responses."""
 
@@ -190,7 +199,7 @@ def _guard(settings: Settings, ledger: Callable[[], pool.Pool], authorizer: Auth
     return guarded
 
 
-def _reader(settings: Settings, ledger: Callable[[], pool.Pool]) -> dashboard.Ledger:
+def _reader(settings: GatewaySettings, ledger: Callable[[], pool.Pool]) -> dashboard.Ledger:
     """Ledger reads off the event loop for the dashboard; a failure is logged once here."""
 
     async def read(query: Callable[[pool.Connection], T]) -> T:
@@ -227,7 +236,7 @@ def _cost_item(r: reads.CostRow) -> dict[str, Any]:
     }
 
 
-def _middleware(settings: Settings) -> list[Middleware]:
+def _middleware(settings: GatewaySettings) -> list[Middleware]:
     """CORS for the configured origins (none: no CORS headers at all)."""
     if not settings.origins:
         return []
@@ -242,7 +251,7 @@ def _middleware(settings: Settings) -> list[Middleware]:
 
 
 def build(
-    settings: Settings,
+    settings: GatewaySettings,
     ledger: Callable[[], pool.Pool],
     authorizer: Authorizer,
 ) -> Starlette:
@@ -305,7 +314,7 @@ def main() -> int:
     """Console entry `finops-gateway`: serve on `PORT` until stopped."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        settings = Settings.from_env()
+        settings = GatewaySettings.from_env()
         pool.wait_until_reachable(settings.dsn, on_retry=_waiting_for_database)
         ledger = pool.open_pool(settings.dsn, apply_migrations=False, name="finops-gateway")
     except (pool.LedgerConnectionError, ValueError) as exc:
@@ -315,7 +324,10 @@ def main() -> int:
     if settings.auth:
         authorizer = _ReviewAuthorizer(reviews.ResourceAuthorizer(kube_client.make_client()))
     else:
-        log.warning("%s=false: every namespace's charges are readable without a token", AUTH_ENV)
+        log.warning(
+            "%s=false: every namespace's charges are readable without a token",
+            environment.Env.ENABLE_AUTH,
+        )
     app = build(settings, lambda: ledger, authorizer)
 
     @contextlib.asynccontextmanager
@@ -324,8 +336,7 @@ def main() -> int:
         await run_in_threadpool(ledger.close)
 
     app.router.lifespan_context = lifespan
-    host = os.environ.get(HOST_ENV, "").strip() or "0.0.0.0"
-    uvicorn.run(app, host=host, port=settings.port, log_level="info")
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
     return 0
 
 

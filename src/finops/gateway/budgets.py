@@ -90,7 +90,7 @@ def routes(*, cluster: str, gate: dashboard.Gate, read: dashboard.Ledger) -> lis
         namespace, name = request.path_params["namespace"], request.path_params["name"]
         verdict = await gate.check(request.headers.get("authorization"), namespace)
         if verdict != 200:
-            raise dashboard.Refused(verdict)
+            raise dashboard.RequestRefused(verdict)
 
         def query(conn: pool.Connection) -> dict[str, Any] | None:
             found = store.evaluations(conn, cluster=cluster, namespaces=[namespace], name=name)
@@ -116,7 +116,9 @@ def routes(*, cluster: str, gate: dashboard.Gate, read: dashboard.Ledger) -> lis
 
         body = await read(query)
         if body is None:
-            raise dashboard.Refused(404, f"no evaluated Budget {name} in namespace {namespace}")
+            raise dashboard.RequestRefused(
+                404, f"no evaluated Budget {name} in namespace {namespace}"
+            )
         return body
 
     return [

@@ -59,7 +59,7 @@ class Ledger(Protocol):
 
 
 @dataclasses.dataclass
-class Refused(Exception):
+class RequestRefused(Exception):
     """The request is answered with `status` (and `message`, or the usual refusal)."""
 
     status: int
@@ -133,7 +133,7 @@ class Api:
         if named:
             refusal = _worst(await self._verdicts(authorization, named))
             if refusal is not None:
-                raise Refused(refusal)
+                raise RequestRefused(refusal)
             return named
         cluster = self.cluster
         candidates = await self.read(
@@ -143,7 +143,7 @@ class Api:
         verdicts = await self._verdicts(authorization, candidates or ["default"])
         refusal = _worst(verdicts)
         if refusal in (401, 500):
-            raise Refused(refusal or 500)
+            raise RequestRefused(refusal or 500)
         return [ns for ns, verdict in zip(candidates, verdicts, strict=False) if verdict == 200]
 
     async def answer(
@@ -151,7 +151,7 @@ class Api:
     ) -> JSONResponse:
         try:
             return params.Answer(await body(request))
-        except Refused as refused:
+        except RequestRefused as refused:
             message = refused.message or params.REFUSALS.get(refused.status, "refused")
             return params.error(refused.status, message)
         except params.BadRequest as exc:

@@ -17,7 +17,6 @@ from finops.store import pool
 
 log = logging.getLogger(__name__)
 
-LedgerReadError = focus_store.LedgerReadError
 FORMATS = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 
 

@@ -12,10 +12,12 @@ The webhook server turns a refusal into an AdmissionReview response carrying the
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+from typing import TypeVar
 
+from finops.api import bodies, views
 from finops.api.reasons import Reason
 from finops.hierarchy import offerings, refs, subscriptions
 
@@ -30,11 +32,12 @@ class Verdict:
 
 
 ALLOWED = Verdict(True)
+B = TypeVar("B", bodies.OfferingBody, bodies.SubscriptionBody)
 
 
 def offering_create(
-    offering: Mapping[str, Any],
-    existing: Iterable[Mapping[str, Any]],
+    offering: bodies.OfferingBody,
+    existing: Iterable[bodies.OfferingBody],
     namespace: str | None = None,
 ) -> Verdict:
     """Refuse a requirement graph that closes on itself.
@@ -51,7 +54,7 @@ def offering_create(
     table = {refs.key_of(o): o for o in existing}
     table[me] = obj
 
-    def requires(key: refs.Key) -> list[refs.Key] | None:
+    def requires(key: views.Key) -> list[views.Key] | None:
         found = table.get(key)
         return None if found is None else offerings.requirements(found)
 
@@ -67,9 +70,9 @@ def offering_update() -> Verdict:
 
 
 def offering_delete(
-    offering: Mapping[str, Any],
-    stored_subscriptions: Iterable[Mapping[str, Any]],
-    stored_offerings: Iterable[Mapping[str, Any]],
+    offering: bodies.OfferingBody,
+    stored_subscriptions: Iterable[bodies.SubscriptionBody],
+    stored_offerings: Iterable[bodies.OfferingBody],
 ) -> Verdict:
     """Refuse while anything references the Offering; the message names every dependent."""
     key = refs.key_of(offering)
@@ -86,7 +89,9 @@ def offering_delete(
     )
 
 
-def subscription_create(subscription: Mapping[str, Any], namespace: str | None = None) -> Verdict:
+def subscription_create(
+    subscription: bodies.SubscriptionBody, namespace: str | None = None
+) -> Verdict:
     """Refuse a Subscription that is its own parent or its own target."""
     obj = _with_namespace(subscription, namespace)
     me = refs.key_of(obj)
@@ -105,9 +110,11 @@ def subscription_create(subscription: Mapping[str, Any], namespace: str | None =
     return ALLOWED
 
 
-def _with_namespace(obj: Mapping[str, Any], namespace: str | None) -> Mapping[str, Any]:
+def _with_namespace(obj: B, namespace: str | None) -> B:
     """The object with the request's namespace filled in where the body has none."""
     meta = obj.get("metadata") or {}
     if namespace is None or meta.get("namespace"):
         return obj
-    return {**obj, "metadata": {**meta, "namespace": namespace}}
+    filled = copy.copy(obj)
+    filled["metadata"] = {**meta, "namespace": namespace}
+    return filled

@@ -16,37 +16,36 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
-from finops.api import views
+from finops.api import bodies, views
 from finops.hierarchy import refs
 
-Members = Callable[[str], Iterable[Mapping[str, Any]]]
+Members = Callable[[str], Iterable[bodies.SubscriptionBody]]
 """The Subscriptions whose `status.compatibilityRoot` is the given uid (the family index)."""
 
 
-def parent_key(sub: Mapping[str, Any]) -> refs.Key | None:
+def parent_key(sub: bodies.SubscriptionBody) -> views.Key | None:
     return views.SubscriptionView.parse(sub).parent
 
 
-def offering_key(sub: Mapping[str, Any]) -> refs.Key | None:
+def offering_key(sub: bodies.SubscriptionBody) -> views.Key | None:
     return views.SubscriptionView.parse(sub).offering
 
 
-def root_of(sub: Mapping[str, Any]) -> str | None:
+def root_of(sub: bodies.SubscriptionBody) -> str | None:
     return views.SubscriptionView.parse(sub).compatibility_root
 
 
-def is_activated(sub: Mapping[str, Any]) -> bool:
+def is_activated(sub: bodies.SubscriptionBody) -> bool:
     return views.SubscriptionView.parse(sub).activated
 
 
-def is_deactivated(sub: Mapping[str, Any]) -> bool:
+def is_deactivated(sub: bodies.SubscriptionBody) -> bool:
     return views.SubscriptionView.parse(sub).deactivated
 
 
-def is_active(sub: Mapping[str, Any]) -> bool:
+def is_active(sub: bodies.SubscriptionBody) -> bool:
     """Billing is open: activated and not deactivated."""
     return views.SubscriptionView.parse(sub).active
 
@@ -59,14 +58,16 @@ class Root:
     problem: str = ""
 
 
-def resolve_root(sub: Mapping[str, Any], lookup: refs.Lookup) -> Root:
+def resolve_root(
+    sub: bodies.SubscriptionBody, lookup: refs.Lookup[bodies.SubscriptionBody]
+) -> Root:
     """Walk up `spec.parent` to the Subscription with no parent (stopping early at an ancestor
     that already carries a stamped root). Refuses to loop on a parent cycle."""
     stamped = root_of(sub)
     if stamped:
         return Root(stamped)
     seen = {refs.key_of(sub)}
-    current: Mapping[str, Any] = sub
+    current: bodies.SubscriptionBody = sub
     while True:
         up = parent_key(current)
         if up is None:
@@ -86,9 +87,11 @@ def resolve_root(sub: Mapping[str, Any], lookup: refs.Lookup) -> Root:
         current = found
 
 
-def subtree(sub: Mapping[str, Any], members: Iterable[Mapping[str, Any]]) -> set[refs.Key]:
+def subtree(
+    sub: bodies.SubscriptionBody, members: Iterable[bodies.SubscriptionBody]
+) -> set[views.Key]:
     """The Subscription's own key and those of all its descendants among `members`."""
-    children: dict[refs.Key, list[refs.Key]] = collections.defaultdict(list)
+    children: dict[views.Key, list[views.Key]] = collections.defaultdict(list)
     for member in members:
         up = parent_key(member)
         if up is not None:
@@ -104,8 +107,8 @@ def subtree(sub: Mapping[str, Any], members: Iterable[Mapping[str, Any]]) -> set
 
 
 def coverage_candidates(
-    sub: Mapping[str, Any], members: Iterable[Mapping[str, Any]]
-) -> list[Mapping[str, Any]]:
+    sub: bodies.SubscriptionBody, members: Iterable[bodies.SubscriptionBody]
+) -> list[bodies.SubscriptionBody]:
     """Family members that may cover this Subscription's requirements (active or not)."""
     if parent_key(sub) is None:
         return []
@@ -115,10 +118,10 @@ def coverage_candidates(
 
 
 def uncovered(
-    sub: Mapping[str, Any],
-    required: Sequence[refs.Key],
-    members: Iterable[Mapping[str, Any]],
-) -> refs.Key | None:
+    sub: bodies.SubscriptionBody,
+    required: Sequence[views.Key],
+    members: Iterable[bodies.SubscriptionBody],
+) -> views.Key | None:
     """The first required Offering no active candidate binds, or None when all are covered."""
     if not required:
         return None
@@ -127,41 +130,9 @@ def uncovered(
     return next((req for req in required if req not in bound), None)
 
 
-def coverage_message(required: refs.Key) -> str:
+def coverage_message(required: views.Key) -> str:
     return f"required offering {required} not covered by an active subscription in the family"
 
 
-def members_from(objs: Iterable[Mapping[str, Any]]) -> Members:
-    """A family index over a snapshot of Subscriptions (what the controller keeps live)."""
-    index: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
-    for obj in objs:
-        root = root_of(obj)
-        if root:
-            index[root].append(obj)
-
-    def members(root: str) -> list[Mapping[str, Any]]:
-        return list(index.get(root, ()))
-
-    return members
-
-
-Children = Callable[[refs.Key], Iterable[Mapping[str, Any]]]
+Children = Callable[[views.Key], Iterable[bodies.SubscriptionBody]]
 """The Subscriptions whose `spec.parent` names the given key (the parent index)."""
-
-
-def children_from(objs: Iterable[Mapping[str, Any]]) -> Children:
-    """A parent index over a snapshot of Subscriptions.
-
-    The family index alone cannot wake a child waiting on its parent: stamping follows the
-    parent gate, so such a child carries no root yet and belongs to no family.
-    """
-    index: dict[refs.Key, list[Mapping[str, Any]]] = collections.defaultdict(list)
-    for obj in objs:
-        up = parent_key(obj)
-        if up is not None:
-            index[up].append(obj)
-
-    def children(key: refs.Key) -> list[Mapping[str, Any]]:
-        return list(index.get(key, ()))
-
-    return children

@@ -18,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import cast
 
-from finops.api import bodies, conditions
+from finops.api import bodies, conditions, views
 from finops.api.reasons import ConditionType, EventReason, EventType, Reason
 from finops.hierarchy import refs
 from finops.pricing import resolve
@@ -29,25 +29,25 @@ FINALIZER = "offerings.finops.stakater.com/finalizer"
 PUBLISHED = "requirements resolved and pricing published"
 
 
-def requirements(offering: Mapping[str, Any]) -> list[refs.Key]:
+def requirements(offering: bodies.OfferingBody) -> list[views.Key]:
     """`spec.compatibility.requiredOfferings` as keys, in declared order."""
-    compatibility = refs.spec_of(offering).get("compatibility") or {}
-    found = (refs.ref_key(r) for r in compatibility.get("requiredOfferings") or ())
+    compatibility = offering.get("spec", {}).get("compatibility") or {}
+    found = (views.ref_key(r) for r in compatibility.get("requiredOfferings") or ())
     return [k for k in found if k is not None]
 
 
 class UnreadableOfferingError(Exception):
     """The graph walk met an Offering it could not read (a transient failure)."""
 
-    def __init__(self, key: refs.Key, message: str) -> None:
+    def __init__(self, key: views.Key, message: str) -> None:
         self.key = key
         self.message = message
         super().__init__(f"reading offering {key}: {message}")
 
 
 def find_cycle(
-    start: refs.Key, requires: Callable[[refs.Key], Sequence[refs.Key] | None]
-) -> list[refs.Key] | None:
+    start: views.Key, requires: Callable[[views.Key], Sequence[views.Key] | None]
+) -> list[views.Key] | None:
     """Depth-first from `start`: the path up to the first requirement that re-enters it.
 
     `requires(key)` gives an Offering's requirements, or None when it does not exist; missing
@@ -60,8 +60,8 @@ def find_cycle(
         return None
     path = [start]
     on_path = {start}
-    finished: set[refs.Key] = set()
-    pending: list[Iterator[refs.Key]] = [iter(first)]
+    finished: set[views.Key] = set()
+    pending: list[Iterator[views.Key]] = [iter(first)]
     while pending:
         nxt = next(pending[-1], None)
         if nxt is None:
@@ -84,17 +84,17 @@ def find_cycle(
     return None
 
 
-def cycle_message(path: Sequence[refs.Key]) -> str:
+def cycle_message(path: Sequence[views.Key]) -> str:
     """How a cycle is reported, on the condition and at admission alike."""
     return "circular dependency detected: " + " -> ".join(str(k) for k in path)
 
 
 def _walker(
-    offering: Mapping[str, Any], lookup: refs.Lookup
-) -> Callable[[refs.Key], Sequence[refs.Key] | None]:
+    offering: bodies.OfferingBody, lookup: refs.Lookup[bodies.OfferingBody]
+) -> Callable[[views.Key], Sequence[views.Key] | None]:
     me = refs.key_of(offering)
 
-    def requires(key: refs.Key) -> Sequence[refs.Key] | None:
+    def requires(key: views.Key) -> Sequence[views.Key] | None:
         if key == me:
             return requirements(offering)
         found = lookup(key)
@@ -117,7 +117,9 @@ class Check:
         return self.reason is Reason.VALIDATION_SUCCEEDED
 
 
-def requirement_check(offering: Mapping[str, Any], lookup: refs.Lookup) -> Check:
+def requirement_check(
+    offering: bodies.OfferingBody, lookup: refs.Lookup[bodies.OfferingBody]
+) -> Check:
     """The requirement graph and each direct requirement, first problem wins."""
     me = refs.key_of(offering)
     try:
@@ -139,9 +141,9 @@ def requirement_check(offering: Mapping[str, Any], lookup: refs.Lookup) -> Check
     return Check(Reason.VALIDATION_SUCCEEDED, "requirements resolved")
 
 
-def is_resolved(offering: Mapping[str, Any]) -> bool:
+def is_resolved(offering: bodies.OfferingBody) -> bool:
     """Pricing was published once (and is therefore kept)."""
-    pricing = refs.status_of(offering).get("resolvedPricing")
+    pricing = offering.get("status", {}).get("resolvedPricing")
     return isinstance(pricing, Mapping) and bool(pricing.get("resolvedAt"))
 
 
@@ -150,7 +152,7 @@ class Readiness:
     """Whether the Offering is ready, why, and the `resolvedPricing` it should carry."""
 
     check: Check
-    resolved_pricing: bodies.ResolvedPricing | None
+    resolved_pricing: bodies.ResolvedPricingBody | None
 
     @property
     def ready(self) -> bool:
@@ -158,14 +160,14 @@ class Readiness:
 
 
 def readiness(
-    offering: Mapping[str, Any],
+    offering: bodies.OfferingBody,
     *,
-    lookup: refs.Lookup,
-    books: Iterable[Mapping[str, Any]],
+    lookup: refs.Lookup[bodies.OfferingBody],
+    books: Iterable[bodies.PriceBookBody],
     now: dt.datetime,
 ) -> Readiness:
     """Requirements, then pricing (resolved now unless it already was)."""
-    current = refs.status_of(offering).get("resolvedPricing")
+    current = offering.get("status", {}).get("resolvedPricing")
     kept = current if is_resolved(offering) else None
     check = requirement_check(offering, lookup)
     if not check.ok:
@@ -181,12 +183,14 @@ def readiness(
     return Readiness(Check(Reason.VALIDATION_SUCCEEDED, PUBLISHED), resolution.pricing)
 
 
-def readiness_conditions(check: Check) -> tuple[conditions.Condition, conditions.Condition]:
+def readiness_conditions(
+    check: Check,
+) -> tuple[conditions.DecidedCondition, conditions.DecidedCondition]:
     """`Ready` and `PricingResolved`: same status, same message, same reason but on success."""
     status = "True" if check.ok else "False"
     return (
-        conditions.Condition(ConditionType.READY, status, check.reason, check.message),
-        conditions.Condition(
+        conditions.DecidedCondition(ConditionType.READY, status, check.reason, check.message),
+        conditions.DecidedCondition(
             ConditionType.PRICING_RESOLVED,
             status,
             Reason.PRICING_RESOLVED if check.ok else check.reason,
@@ -202,8 +206,8 @@ def readiness_conditions(check: Check) -> tuple[conditions.Condition, conditions
 class Dependents:
     """Who still points at an Offering."""
 
-    subscriptions: tuple[refs.Key, ...]
-    offerings: tuple[refs.Key, ...]
+    subscriptions: tuple[views.Key, ...]
+    offerings: tuple[views.Key, ...]
 
     def __bool__(self) -> bool:
         return bool(self.subscriptions or self.offerings)
@@ -219,16 +223,16 @@ class Dependents:
 
 
 def dependents(
-    key: refs.Key,
-    subscriptions: Iterable[Mapping[str, Any]],
-    offerings: Iterable[Mapping[str, Any]],
+    key: views.Key,
+    subscriptions: Iterable[bodies.SubscriptionBody],
+    offerings: Iterable[bodies.OfferingBody],
 ) -> Dependents:
     """Every Subscription whose `offeringRef` names `key` (any state), and every other Offering
     requiring it that is not itself being deleted; each sorted by key."""
     subs = sorted(
         refs.key_of(s)
         for s in subscriptions
-        if refs.ref_key(refs.spec_of(s).get("offeringRef")) == key
+        if views.ref_key(s.get("spec", {}).get("offeringRef")) == key
     )
     offs = sorted(
         refs.key_of(o)
@@ -242,20 +246,20 @@ def dependents(
 class Guard:
     """The `Deleting` condition and whether the finalizer may go."""
 
-    condition: conditions.Condition
+    condition: conditions.DecidedCondition
     release_finalizer: bool
 
 
 def deletion_guard(
-    offering: Mapping[str, Any],
-    subscriptions: Iterable[Mapping[str, Any]] | refs.ReadError,
-    offerings: Iterable[Mapping[str, Any]] | refs.ReadError,
+    offering: bodies.OfferingBody,
+    subscriptions: Iterable[bodies.SubscriptionBody] | refs.ReadError,
+    offerings: Iterable[bodies.OfferingBody] | refs.ReadError,
 ) -> Guard:
     """`Deleting=False` while anything references the Offering, `True` (and release) when not."""
     for listed, what in ((subscriptions, "subscriptions"), (offerings, "offerings")):
         if isinstance(listed, refs.ReadError):
             return Guard(
-                conditions.Condition(
+                conditions.DecidedCondition(
                     ConditionType.DELETING,
                     "False",
                     Reason.VALIDATION_ERROR,
@@ -268,7 +272,7 @@ def deletion_guard(
     found = dependents(refs.key_of(offering), subscriptions, offerings)
     if not found:
         return Guard(
-            conditions.Condition(
+            conditions.DecidedCondition(
                 ConditionType.DELETING,
                 "True",
                 Reason.DELETION_ALLOWED,
@@ -282,7 +286,9 @@ def deletion_guard(
         else Reason.DEPENDENT_OFFERINGS_EXIST
     )
     return Guard(
-        conditions.Condition(ConditionType.DELETING, "False", reason, "; ".join(found.messages())),
+        conditions.DecidedCondition(
+            ConditionType.DELETING, "False", reason, "; ".join(found.messages())
+        ),
         False,
     )
 
@@ -294,7 +300,7 @@ def deletion_guard(
 class OfferingPlan:
     """What one reconcile of an Offering writes."""
 
-    status: bodies.OfferingStatus
+    status: bodies.OfferingStatusBody
     changed: bool
     readiness: Readiness
     release_finalizer: bool
@@ -302,26 +308,26 @@ class OfferingPlan:
 
 
 def plan(
-    offering: Mapping[str, Any],
+    offering: bodies.OfferingBody,
     *,
-    lookup: refs.Lookup,
-    books: Iterable[Mapping[str, Any]],
+    lookup: refs.Lookup[bodies.OfferingBody],
+    books: Iterable[bodies.PriceBookBody],
     now: dt.datetime,
-    subscriptions: Iterable[Mapping[str, Any]] | refs.ReadError = (),
-    offerings: Iterable[Mapping[str, Any]] | refs.ReadError = (),
+    subscriptions: Iterable[bodies.SubscriptionBody] | refs.ReadError = (),
+    offerings: Iterable[bodies.OfferingBody] | refs.ReadError = (),
 ) -> OfferingPlan:
     """The desired status of one Offering.
 
     `lookup` reads other Offerings by key (requirements and the graph walk); `subscriptions`
     and `offerings` are only consulted for an Offering being deleted, to find dependents.
     """
-    current = refs.status_of(offering)
+    current = offering.get("status", {})
     generation = refs.generation_of(offering)
     found = readiness(offering, lookup=lookup, books=books, now=now)
-    conds: list[bodies.Condition] = list(current.get("conditions") or ())
+    conds: list[bodies.ConditionBody] = list(current.get("conditions") or ())
     for cond in readiness_conditions(found.check):
         conds = conditions.set_condition(conds, cond, generation=generation, now=now)
-    status = cast(bodies.OfferingStatus, dict(current))
+    status = cast(bodies.OfferingStatusBody, dict(current))
     status["ready"] = "True" if found.ready else "False"
     if found.resolved_pricing is not None:
         status["resolvedPricing"] = found.resolved_pricing
@@ -347,13 +353,13 @@ def plan(
     return OfferingPlan(status, status != dict(current), found, release, tuple(events))
 
 
-def needs_finalizer(offering: Mapping[str, Any]) -> bool:
+def needs_finalizer(offering: bodies.OfferingBody) -> bool:
     """Added the first time the reconciler sees a live Offering."""
     finalizers = (offering.get("metadata") or {}).get("finalizers") or ()
     return not refs.is_deleting(offering) and FINALIZER not in finalizers
 
 
-def readiness_flipped(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+def readiness_flipped(old: bodies.OfferingBody | None, new: bodies.OfferingBody | None) -> bool:
     """Whether Subscriptions bound to this Offering, and Offerings requiring it, should be
     re-queued: it appeared, disappeared, or its `status.ready` changed."""
     if old is None or new is None:
@@ -361,6 +367,6 @@ def readiness_flipped(old: Mapping[str, Any] | None, new: Mapping[str, Any] | No
     return refs.is_ready(old) != refs.is_ready(new)
 
 
-def awaits_pricebook(offering: Mapping[str, Any]) -> bool:
+def awaits_pricebook(offering: bodies.OfferingBody) -> bool:
     """Not yet resolved, so a change among the PriceBooks may let it resolve (re-queue it)."""
     return not is_resolved(offering)

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TypeAlias, TypeVar
 
-from finops.api import conditions, views
-
-Key = views.Key
-"""An object's namespace and name (shared with the Subscription view)."""
+from finops.api import bodies, conditions, views
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -24,11 +21,13 @@ class ReadError:
     message: str
 
 
-Observed = Mapping[str, Any] | ReadError | None
+B = TypeVar("B", bound=bodies.Object)
+
+Observed: TypeAlias = B | ReadError | None
 """The result of reading one object: the body, a failed read, or None for not found."""
 
-Lookup = Callable[[Key], Observed]
-"""How a decision reads other objects by key (usually the watch cache)."""
+Lookup: TypeAlias = Callable[[views.Key], Observed[B]]
+"""How a decision reads other objects of one kind by key (usually the watch cache)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -40,40 +39,28 @@ class Event:
     message: str
 
 
-def key_of(obj: Mapping[str, Any]) -> Key:
+def key_of(obj: bodies.Object) -> views.Key:
     meta = obj.get("metadata") or {}
-    return Key(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    return views.Key(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-ref_key = views.ref_key
-
-
-def uid_of(obj: Mapping[str, Any]) -> str:
+def uid_of(obj: bodies.Object) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
 
 
-def generation_of(obj: Mapping[str, Any]) -> int | None:
+def generation_of(obj: bodies.Object) -> int | None:
     value = (obj.get("metadata") or {}).get("generation")
     return value if isinstance(value, int) else None
 
 
-def status_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    status = obj.get("status")
-    return status if isinstance(status, Mapping) else {}
-
-
-def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = obj.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
-
-
-def is_deleting(obj: Mapping[str, Any]) -> bool:
+def is_deleting(obj: bodies.Object) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def is_ready(obj: Mapping[str, Any]) -> bool:
+def is_ready(obj: bodies.Object) -> bool:
     """`status.ready` is the string "True" (the printer column every gate reads)."""
-    return str(status_of(obj).get("ready", "")) == "True"
+    status = obj.get("status")
+    return isinstance(status, dict) and str(status.get("ready", "")) == "True"
 
 
 def timestamp(now: dt.datetime) -> str:
@@ -83,11 +70,5 @@ def timestamp(now: dt.datetime) -> str:
     return conditions.rfc3339(now)
 
 
-def lookup_from(objs: Iterable[Mapping[str, Any]]) -> Lookup:
-    """A lookup over a snapshot of objects (a cache, or a test's cluster)."""
-    table = {key_of(o): o for o in objs}
-    return table.get
-
-
-def joined(keys: Iterable[Key]) -> str:
+def joined(keys: Iterable[views.Key]) -> str:
     return ", ".join(str(k) for k in keys)

@@ -60,8 +60,8 @@ class TargetRef:
         return f"{self.api_version} {self.kind} {where}"
 
 
-def target_ref(sub: Mapping[str, Any]) -> TargetRef | None:
-    lifecycle = refs.spec_of(sub).get("lifecycle") or {}
+def target_ref(sub: bodies.SubscriptionBody) -> TargetRef | None:
+    lifecycle = sub.get("spec", {}).get("lifecycle") or {}
     ref = lifecycle.get("targetRef") if isinstance(lifecycle, Mapping) else None
     if not isinstance(ref, Mapping):
         return None
@@ -73,7 +73,7 @@ def target_ref(sub: Mapping[str, Any]) -> TargetRef | None:
     )
 
 
-def targets_itself(sub: Mapping[str, Any], namespace: str | None = None) -> bool:
+def targets_itself(sub: bodies.SubscriptionBody, namespace: str | None = None) -> bool:
     """The targetRef names this very Subscription: name, namespace, kind and API version."""
     ref = target_ref(sub)
     if ref is None:
@@ -87,10 +87,10 @@ def targets_itself(sub: Mapping[str, Any], namespace: str | None = None) -> bool
     )
 
 
-def names_itself_as_parent(sub: Mapping[str, Any], namespace: str | None = None) -> bool:
+def names_itself_as_parent(sub: bodies.SubscriptionBody, namespace: str | None = None) -> bool:
     me = refs.key_of(sub)
     if namespace is not None:
-        me = refs.Key(namespace, me.name)
+        me = views.Key(namespace, me.name)
     return family.parent_key(sub) == me
 
 
@@ -129,7 +129,7 @@ def _applied_policy(last: str) -> bool | None:
     return None
 
 
-def _field_managers(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _field_managers(meta: bodies.ObjectMetaBody) -> list[Mapping[str, Any]]:
     """The managedFields entries of the object itself (not of a subresource)."""
     return [
         e
@@ -138,7 +138,7 @@ def _field_managers(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     ]
 
 
-def _client_sent_policy(sub: Mapping[str, Any]) -> bool | None:
+def _client_sent_policy(sub: bodies.SubscriptionBody) -> bool | None:
     """Whether a client wrote `lifecycle.onParentDeactivate`, as far as the object tells.
 
     The CRD defaults the field whenever `lifecycle` is present, so the stored value alone
@@ -169,7 +169,7 @@ _MANAGERS = {  # (an Apply owns it, anyone owns it) -> one entry that reads the 
 }
 
 
-def policy_evidence(meta: Mapping[str, Any]) -> dict[str, Any]:
+def policy_evidence(meta: bodies.ObjectMetaBody) -> dict[str, Any]:
     """The last-applied annotation and managedFields cut down to what `_client_sent_policy`
     reads, so a watch cache need not hold the whole manifest and every manager's field set.
 
@@ -197,14 +197,14 @@ def policy_evidence(meta: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
-def explicit_on_parent_deactivate(sub: Mapping[str, Any]) -> str | None:
+def explicit_on_parent_deactivate(sub: bodies.SubscriptionBody) -> str | None:
     """The Subscription's own policy when it set one on purpose, else None (DESIGN §2.5).
 
     A `lifecycle` block holding only `targetRef` sets nothing. `Orphan` is never a default, so
     it is always explicit; a stored `Deactivate` counts only when the object shows a client
     sent it.
     """
-    lifecycle = refs.spec_of(sub).get("lifecycle")
+    lifecycle = sub.get("spec", {}).get("lifecycle")
     if not isinstance(lifecycle, Mapping) or not lifecycle.get("onParentDeactivate"):
         return None
     value = str(lifecycle["onParentDeactivate"])
@@ -215,11 +215,11 @@ def explicit_on_parent_deactivate(sub: Mapping[str, Any]) -> str | None:
 
 
 def effective_on_parent_deactivate(
-    sub: Mapping[str, Any], offering: Mapping[str, Any] | None
+    sub: bodies.SubscriptionBody, offering: bodies.OfferingBody | None
 ) -> str:
     """The Subscription's explicit value, else the Offering's, else `Deactivate`; an Offering
     with `allowOverride: false` always decides."""
-    lifecycle = refs.spec_of(offering or {}).get("lifecycle") or {}
+    lifecycle = (offering or {}).get("spec", {}).get("lifecycle") or {}
     offered = str(lifecycle.get("onParentDeactivate") or DEACTIVATE)
     if lifecycle.get("allowOverride") is False:
         return offered
@@ -256,10 +256,10 @@ _Verdict = _Hold | _End | _Pass
 
 
 def _gates(
-    sub: Mapping[str, Any],
+    sub: bodies.SubscriptionBody,
     *,
-    offering: refs.Observed,
-    lookup: refs.Lookup,
+    offering: refs.Observed[bodies.OfferingBody],
+    lookup: refs.Lookup[bodies.SubscriptionBody],
     members: family.Members,
     target: TargetObserved,
 ) -> tuple[_Verdict, str | None]:
@@ -283,7 +283,7 @@ def _gates(
     return (held or _Pass(parent)), root
 
 
-def _self_reference(sub: Mapping[str, Any]) -> _Hold | None:
+def _self_reference(sub: bodies.SubscriptionBody) -> _Hold | None:
     me = refs.key_of(sub)
     if names_itself_as_parent(sub):
         return _Hold(
@@ -297,7 +297,9 @@ def _self_reference(sub: Mapping[str, Any]) -> _Hold | None:
     return None
 
 
-def _offering_gate(sub: Mapping[str, Any], offering: refs.Observed) -> _Hold | Mapping[str, Any]:
+def _offering_gate(
+    sub: bodies.SubscriptionBody, offering: refs.Observed[bodies.OfferingBody]
+) -> _Hold | bodies.OfferingBody:
     """The Offering when it exists and is ready, else why the Subscription holds."""
     offering_key = family.offering_key(sub)
     if isinstance(offering, refs.ReadError):
@@ -310,7 +312,10 @@ def _offering_gate(sub: Mapping[str, Any], offering: refs.Observed) -> _Hold | M
 
 
 def _parent_gate(
-    sub: Mapping[str, Any], offering: Mapping[str, Any], lookup: refs.Lookup, active: bool
+    sub: bodies.SubscriptionBody,
+    offering: bodies.OfferingBody,
+    lookup: refs.Lookup[bodies.SubscriptionBody],
+    active: bool,
 ) -> _Hold | _End | str:
     """The parent gate: a hold or an end, or why an active orphan outlived its parent
     ('' when it has a ready parent or none)."""
@@ -346,9 +351,9 @@ def _parent_gate(
 
 
 def _coverage_gate(
-    sub: Mapping[str, Any],
-    offering: Mapping[str, Any],
-    family_members: Iterable[Mapping[str, Any]],
+    sub: bodies.SubscriptionBody,
+    offering: bodies.OfferingBody,
+    family_members: Iterable[bodies.SubscriptionBody],
     active: bool,
 ) -> _Hold | _End | None:
     """The compatibility gate: an active Subscription that lost coverage ends."""
@@ -362,7 +367,7 @@ def _coverage_gate(
 
 
 def _target_gate(
-    sub: Mapping[str, Any], target: TargetObserved, active: bool
+    sub: bodies.SubscriptionBody, target: TargetObserved, active: bool
 ) -> _Hold | _End | None:
     """The target gate: a deleted target ends an active Subscription."""
     ref = target_ref(sub)
@@ -390,7 +395,7 @@ def _target_gate(
 class SubscriptionPlan:
     """What one reconcile of a Subscription writes, and what happened."""
 
-    status: bodies.SubscriptionStatus
+    status: bodies.SubscriptionStatusBody
     changed: bool
     reason: Reason | None
     """The decisive reason: the holding gate's, the activation's, or the deactivation cause
@@ -408,10 +413,10 @@ class SubscriptionPlan:
 class _Writer:
     """Accumulates one pass's status changes on a copy of the current status."""
 
-    def __init__(self, sub: Mapping[str, Any], now: dt.datetime) -> None:
-        self.current = refs.status_of(sub)
-        self.status = cast(bodies.SubscriptionStatus, dict(self.current))
-        self.conds: list[bodies.Condition] = list(self.current.get("conditions") or ())
+    def __init__(self, sub: bodies.SubscriptionBody, now: dt.datetime) -> None:
+        self.current = sub.get("status", {})
+        self.status = cast(bodies.SubscriptionStatusBody, dict(self.current))
+        self.conds: list[bodies.ConditionBody] = list(self.current.get("conditions") or ())
         self.generation = refs.generation_of(sub)
         self.now = now
         self.events: list[refs.Event] = []
@@ -419,7 +424,7 @@ class _Writer:
     def condition(self, type_: ConditionType, status: str, reason: Reason, message: str) -> None:
         self.conds = conditions.set_condition(
             self.conds,
-            conditions.Condition(type_, status, reason, message),
+            conditions.DecidedCondition(type_, status, reason, message),
             generation=self.generation,
             now=self.now,
         )
@@ -472,10 +477,10 @@ class _Writer:
 
 
 def plan(
-    sub: Mapping[str, Any],
+    sub: bodies.SubscriptionBody,
     *,
-    offering: refs.Observed,
-    lookup: refs.Lookup,
+    offering: refs.Observed[bodies.OfferingBody],
+    lookup: refs.Lookup[bodies.SubscriptionBody],
     members: family.Members,
     target: TargetObserved = None,
     now: dt.datetime,
@@ -554,7 +559,7 @@ def _plan_passed(
     return out.plan(reason, message, activated=activated)
 
 
-def needs_finalizer(sub: Mapping[str, Any]) -> bool:
+def needs_finalizer(sub: bodies.SubscriptionBody) -> bool:
     """Added the first time the reconciler sees a live Subscription; only the charge job
     removes it."""
     view = views.SubscriptionView.parse(sub)
@@ -570,10 +575,12 @@ class Fanout:
     Subscription whose `spec.parent` names `parent` (children not stamped yet)."""
 
     root: str | None
-    parent: refs.Key
+    parent: views.Key
 
 
-def fanout(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> Fanout | None:
+def fanout(
+    old: bodies.SubscriptionBody | None, new: bodies.SubscriptionBody | None
+) -> Fanout | None:
     """The re-queue a watch event calls for: a create, a delete (the deletion timestamp
     appearing, or the object going away), or a flip of the activation state. Anything else,
     such as refreshed cost buckets or a rewritten condition, re-queues nobody."""
@@ -594,15 +601,7 @@ def fanout(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> Fano
     return None
 
 
-def is_routine_status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
-    """An update that changed only status, and not the activation state: no fan-out, and
-    nothing for this object's own reconciler to do either."""
-    if old is None or new is None:
-        return False
-    return fanout(old, new) is None and refs.generation_of(old) == refs.generation_of(new)
-
-
-def requeue(change: Fanout, members: family.Members, children: family.Children) -> set[refs.Key]:
+def requeue(change: Fanout, members: family.Members, children: family.Children) -> set[views.Key]:
     """The keys a fan-out reaches through the two indexes."""
     found = {refs.key_of(m) for m in members(change.root)} if change.root else set()
     found.update(refs.key_of(c) for c in children(change.parent))

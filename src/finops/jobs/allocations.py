@@ -23,9 +23,11 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
+from finops.api import bodies, environment
 from finops.billing import money
 from finops.collection import durations, plan
 from finops.jobs import records, writer
+from finops.jobs import settings as job_settings
 from finops.kube import costjobs
 from finops.opencost import client as opencost_client
 from finops.opencost import config as opencost_config
@@ -39,10 +41,10 @@ log = logging.getLogger("finops.jobs.allocations")
 WRITE_QUEUE_BYTES = 24 * 1024 * 1024
 
 REQUIRED_ENV = (
-    "COSTJOB_NAME",
-    "COSTJOB_NAMESPACE",
-    "POSTGRES_CONNECTION_STRING",
-    "OPENCOST_CONNECTION_STRING",
+    environment.Env.COSTJOB_NAME,
+    environment.Env.COSTJOB_NAMESPACE,
+    environment.Env.POSTGRES_CONNECTION_STRING,
+    environment.Env.OPENCOST_CONNECTION_STRING,
 )
 
 
@@ -107,15 +109,17 @@ class _Settings:
     dsn: str
 
     @classmethod
-    def of(cls, env: Mapping[str, str], now: dt.datetime, costjob: Mapping[str, Any]) -> _Settings:
-        spec: Mapping[str, Any] = costjob.get("spec") or {}
+    def of(
+        cls, job: job_settings.JobSettings, now: dt.datetime, costjob: bodies.CostJobBody
+    ) -> _Settings:
+        spec: Mapping[str, object] = costjob.get("spec") or {}
         return cls(
-            cluster=pool.cluster_id(env),
-            scheduled=plan.scheduled_hour(env.get("SCHEDULED_TIMESTAMP"), now),
-            lookback=plan.lookback_hours(env.get("HOURS_LOOKBACK")),
-            timeouts=opencost_config.Timeouts.from_sources(spec, env),
-            opencost=opencost_config.OpenCostConfig.from_sources(spec, env),
-            dsn=env["POSTGRES_CONNECTION_STRING"],
+            cluster=job.cluster,
+            scheduled=job.scheduled_hour(now),
+            lookback=plan.lookback_hours(job.hours_lookback),
+            timeouts=job.timeouts(spec),
+            opencost=job.opencost(spec),
+            dsn=job.dsn,
         )
 
 
@@ -131,11 +135,11 @@ class _Book:
     rates: Mapping[str, int]
 
     @classmethod
-    def of(cls, book: Mapping[str, Any]) -> _Book:
-        meta: Mapping[str, Any] = book.get("metadata") or {}
-        spec: Mapping[str, Any] = book.get("spec") or {}
+    def of(cls, book: bodies.PriceBookBody) -> _Book:
+        meta = book.get("metadata") or {}
+        spec = book.get("spec")
         try:
-            rates = dict(money.parse_rates(spec.get("rates")))
+            rates = dict(money.parse_rates(None if spec is None else spec.get("rates")))
         except money.RateParseError as exc:
             raise RunFailed(f"PriceBook {meta.get('namespace')}/{meta.get('name')}: {exc}") from exc
         return cls(
@@ -143,19 +147,19 @@ class _Book:
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
             generation=int(meta.get("generation") or 0),
-            currency=str(spec.get("currency", "")),
+            currency="" if spec is None else str(spec.get("currency", "")),
             rates=rates,
         )
 
 
 async def collect(
     kube: AsyncClient,
-    env: Mapping[str, str],
+    job: job_settings.JobSettings,
     now: dt.datetime,
-    costjob: Mapping[str, Any],
+    costjob: bodies.CostJobBody,
 ) -> RunResult:
     """Everything between reading the CostJob and recording the outcome; raises on failure."""
-    settings = _Settings.of(env, now, costjob)
+    settings = _Settings.of(job, now, costjob)
     book = await _elect_book(kube, settings)
     conn = await _open_ledger(settings)
     phases = Phases()
@@ -196,10 +200,10 @@ async def _elect_book(kube: AsyncClient, settings: _Settings) -> _Book:
     return _Book.of(source.book)
 
 
-async def _open_ledger(settings: _Settings) -> unit.Connection:
+async def _open_ledger(settings: _Settings) -> pool.Connection:
     """An autocommit session (each unit of work below is a real transaction), migrated."""
     init_seconds = max(1, int(settings.timeouts.database_init.total_seconds()))
-    conn: unit.Connection = await _bounded(
+    conn: pool.Connection = await _bounded(
         "connecting to PostgreSQL",
         settings.timeouts.database_init,
         "databaseInitTimeout",
@@ -214,7 +218,7 @@ async def _open_ledger(settings: _Settings) -> unit.Connection:
 
 
 def _hours_to_collect(
-    conn: unit.Connection, settings: _Settings, book: _Book
+    conn: pool.Connection, settings: _Settings, book: _Book
 ) -> list[plan.HourWork]:
     """The lookback hours not yet final, then the scheduled hour."""
     scheduled, lookback = settings.scheduled, settings.lookback
@@ -235,7 +239,7 @@ def _hours_to_collect(
 
 
 async def _stream(
-    conn: unit.Connection,
+    conn: pool.Connection,
     settings: _Settings,
     book: _Book,
     work: list[plan.HourWork],
@@ -294,7 +298,7 @@ def _timed(
     return job
 
 
-def _open_stream(conn: unit.Connection, settings: _Settings, book: _Book) -> int:
+def _open_stream(conn: pool.Connection, settings: _Settings, book: _Book) -> int:
     """The PriceBook's ledger row and an empty stream table, inside the run's transaction."""
     store_allocations.open_stream(conn)
     return store_allocations.ensure_pricebook(
@@ -310,7 +314,7 @@ def _open_stream(conn: unit.Connection, settings: _Settings, book: _Book) -> int
 
 
 async def _stage_hour(
-    conn: unit.Connection,
+    conn: pool.Connection,
     oc: opencost_client.OpenCostClient,
     settings: _Settings,
     hour: plan.HourWork,
@@ -335,7 +339,7 @@ def _ignore(_: object) -> None:
     pass
 
 
-def _finalize(conn: unit.Connection, settings: _Settings) -> int:
+def _finalize(conn: pool.Connection, settings: _Settings) -> int:
     """Rows of earlier hours still open become final, in their own unit of work."""
     with unit.begin(conn) as work:
         count = store_allocations.finalize_before(
@@ -355,14 +359,15 @@ async def run(
     if missing:
         log.error("required environment variable(s) not set: %s", ", ".join(missing))
         return 1
-    name, namespace = env["COSTJOB_NAME"], env["COSTJOB_NAMESPACE"]
+    job = job_settings.JobSettings.from_env(env)
+    name, namespace = job.costjob_name, job.costjob_namespace
     started_at, started = now(), time.monotonic()
     client = kube or AsyncClient(field_manager="finops-operator")
     try:
         try:
             costjob = await _bounded(
                 f"reading CostJob {namespace}/{name}",
-                opencost_config.Timeouts.from_sources({}, env).kubernetes_operation,
+                job.timeouts({}).kubernetes_operation,
                 "kubernetesOperationTimeout",
                 costjobs.get_costjob(client, namespace, name),
             )
@@ -372,8 +377,8 @@ async def run(
         except RunFailed as exc:
             log.error("%s", exc)
             return 1
-        error = await _attempt(client, env, started_at, costjob)
-        recorded = await _record(client, env, costjob, records.finished(started_at, started, error))
+        error = await _attempt(client, job, started_at, costjob)
+        recorded = await _record(client, job, costjob, records.finished(started_at, started, error))
         return 1 if error or not recorded else 0
     finally:
         if kube is None:
@@ -381,11 +386,14 @@ async def run(
 
 
 async def _attempt(
-    client: AsyncClient, env: Mapping[str, str], started_at: dt.datetime, costjob: dict[str, Any]
+    client: AsyncClient,
+    job: job_settings.JobSettings,
+    started_at: dt.datetime,
+    costjob: bodies.CostJobBody,
 ) -> str:
     """Run `collect`; the failure as the execution record's text ('' on success)."""
     try:
-        result = await collect(client, env, started_at, costjob)
+        result = await collect(client, job, started_at, costjob)
     except (RunFailed, ValueError, pool.LedgerConnectionError) as exc:
         error = str(exc)
     except Exception as exc:  # every failure becomes a record, not a traceback only
@@ -404,18 +412,18 @@ async def _attempt(
 
 async def _record(
     client: AsyncClient,
-    env: Mapping[str, str],
-    costjob: Mapping[str, Any],
-    record: plan.ExecutionRecord,
+    job: job_settings.JobSettings,
+    costjob: bodies.CostJobBody,
+    record: plan.RunRecord,
 ) -> bool:
     """Prepend the record to the CostJob's history; False (logged) when that failed."""
-    meta: Mapping[str, Any] = costjob.get("metadata") or {}
+    meta = costjob.get("metadata") or {}
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-    spec: Mapping[str, Any] = costjob.get("spec") or {}
+    spec: Mapping[str, object] = costjob.get("spec") or {}
     try:
         problem = await _bounded(
             "writing the execution record",
-            opencost_config.Timeouts.from_sources(spec, env).status_update,
+            job.timeouts(spec).status_update,
             "statusUpdateTimeout",
             records.write(client, namespace, name, record),
         )

@@ -28,10 +28,10 @@ from lightkube.core.exceptions import ApiError
 from finops.api import bodies
 from finops.billing import forecast, ticks
 from finops.collection import budgets, charges
+from finops.jobs import settings as job_settings
 from finops.kube import budgets as kube_budgets
 from finops.kube import client as kube_client
 from finops.kube import events, resources, status
-from finops.opencost import config as opencost_config
 from finops.store import budgets as store_budgets
 from finops.store import charge_inputs, pool, unit
 
@@ -57,7 +57,7 @@ class _Step:
     """The fixed inputs of one evaluation step."""
 
     client: AsyncClient
-    conn: unit.Connection
+    conn: pool.Connection
     cluster: str
     scheduled: dt.datetime
     now: dt.datetime
@@ -121,7 +121,7 @@ async def evaluate(
     return report
 
 
-def _parse(listed: Sequence[bodies.Budget], report: BudgetReport) -> list[budgets.BudgetTerms]:
+def _parse(listed: Sequence[bodies.BudgetBody], report: BudgetReport) -> list[budgets.BudgetTerms]:
     """Each listed Budget's terms; one that cannot be read is a failure of its own."""
     parsed = []
     for obj in listed:
@@ -173,7 +173,7 @@ def _decide(
     recorded = store_budgets.recorded(
         conn, cluster=step.cluster, budget_uids=[t.uid for t in parsed]
     )
-    candidates = [budgets.Candidate(s.uid, s.namespace, s.labels) for s, _ in billed]
+    candidates = [budgets.BudgetMember(s.uid, s.namespace, s.labels) for s, _ in billed]
     plans = [
         p
         for p in (budgets.plan(t, step.scheduled, candidates, recorded.get(t.uid)) for t in parsed)
@@ -199,10 +199,10 @@ def _decide(
 
 def _ledgers(
     step: _Step,
-    plans: Sequence[budgets.Plan],
+    plans: Sequence[budgets.BudgetPlan],
     billed: Sequence[Billed],
     found: Sequence[budgets.Crossing],
-) -> dict[str, budgets.Ledger]:
+) -> dict[str, budgets.LedgerTotals]:
     """Spent per currency and the members' outlooks of each plan (one sums query per
     distinct period start, one for the usage window)."""
     conn, cluster = step.conn, step.cluster
@@ -224,7 +224,7 @@ def _ledgers(
     crossings_of: dict[str, list[budgets.Crossing]] = collections.defaultdict(list)
     for c in found:
         crossings_of[c.budget_uid].append(c)
-    out: dict[str, budgets.Ledger] = {}
+    out: dict[str, budgets.LedgerTotals] = {}
     for p in plans:
         per_uid = spent_since[p.start]
         spent: dict[str, int] = collections.Counter()
@@ -239,7 +239,7 @@ def _ledgers(
             for uid in p.members
             if uid in terms_of
         ]
-        out[p.terms.uid] = budgets.Ledger(
+        out[p.terms.uid] = budgets.LedgerTotals(
             dict(spent), outlooks, fee_currency, crossings_of[p.terms.uid]
         )
     return out
@@ -322,7 +322,7 @@ async def _write_statuses(
 
 async def after_charges(
     client: AsyncClient,
-    env: Mapping[str, str],
+    job: job_settings.JobSettings,
     scheduled: dt.datetime,
     now: dt.datetime,
     billed: Sequence[Billed],
@@ -331,14 +331,14 @@ async def after_charges(
     """`evaluate` with the charge run's environment: its ledger, cluster and the CostJob's
     `databaseInitTimeout`. Its failures fail the charge run too, so the Job is retried. A
     caller that charged through a ledger of its own (no DSN in the environment) judges none."""
-    if not env.get(pool.DSN_ENV, "").strip():
+    if not job.dsn:
         log.info("no ledger DSN in the environment; Budgets are not judged")
         return BudgetReport()
-    timeouts = opencost_config.Timeouts.from_sources({}, env)
+    timeouts = job.timeouts({})
     return await evaluate(
         client,
-        dsn=pool.dsn_from_env(env),
-        cluster=pool.cluster_id(env),
+        dsn=job.dsn,
+        cluster=job.cluster,
         scheduled=scheduled,
         now=now,
         billed=billed,
@@ -348,7 +348,7 @@ async def after_charges(
 
 
 def billed_of(
-    activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]],
+    activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]],
     terms: Mapping[str, charges.Terms],
 ) -> list[Billed]:
     """The charge run's activated Subscriptions with their terms, as `evaluate` takes them."""

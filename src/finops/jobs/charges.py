@@ -31,15 +31,15 @@ from typing import Any, TypeVar, cast
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
-from finops.api import bodies, conditions
+from finops.api import bodies, conditions, environment, reasons
 from finops.billing import buckets, periods
 from finops.collection import charge_plan, charges, plan, rechecks
 from finops.jobs import budgets as budget_job
 from finops.jobs import periods as periods_job
 from finops.jobs import records
+from finops.jobs import settings as job_settings
 from finops.kube import resources, status
 from finops.kube import subscriptions as kube_subs
-from finops.opencost import config as opencost_config
 from finops.store import allocations as store_allocations
 from finops.store import charge_inputs, charge_sql, pool, unit
 from finops.store import charges as store_charges
@@ -50,11 +50,6 @@ log = logging.getLogger("finops.jobs.charges")
 
 KUBE_CONCURRENCY = 16
 T = TypeVar("T")
-
-
-Billed = charge_plan.Billed
-"""What the ledger pass charges (defined with the pure plan; named here for callers of
-`collect` that bring their own ledger pass)."""
 
 
 @dataclasses.dataclass
@@ -75,7 +70,7 @@ class LedgerResult:
 
 
 def _read(
-    conn: unit.Connection,
+    conn: pool.Connection,
     cluster: str,
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
@@ -103,12 +98,12 @@ def _read(
 
 
 def _write(
-    conn: unit.Connection,
+    conn: pool.Connection,
     cluster: str,
     tables: charge_plan.Tables,
     scheduled: dt.datetime,
     boundary: dt.datetime | None,
-) -> charge_sql.Written:
+) -> charge_sql.WriteCounts:
     """Replace the charged windows' open rows by the planned ones, in one unit of work."""
     with unit.begin(conn) as work:
         written = charge_sql.write(
@@ -121,7 +116,7 @@ def _write(
 
 
 def _make_partitions(
-    conn: unit.Connection, windows: Iterable[charge_plan.Window], scheduled: dt.datetime
+    conn: pool.Connection, windows: Iterable[charge_plan.Window], scheduled: dt.datetime
 ) -> None:
     """The month partitions the run writes in, made before (and outside) its write."""
     spans = list(windows)
@@ -134,7 +129,7 @@ def _make_partitions(
 
 
 def read_settled(
-    conn: unit.Connection, *, cluster: str, scheduled: dt.datetime, uids: Sequence[str]
+    conn: pool.Connection, *, cluster: str, scheduled: dt.datetime, uids: Sequence[str]
 ) -> dict[str, list[buckets.Charge]]:
     """What the ledger holds for each Subscription's three buckets, fee rows included: on the
     `FromDB` path every `current` is this sum, never a recomputation."""
@@ -151,7 +146,7 @@ def read_settled(
 
 
 def charge(
-    conn: unit.Connection,
+    conn: pool.Connection,
     *,
     cluster: str,
     scheduled: dt.datetime,
@@ -198,20 +193,22 @@ def charge(
 
 
 def _ledger_pass(
-    env: Mapping[str, str],
-    cluster: str,
+    job: job_settings.JobSettings,
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
     calendar: periods.Calendar,
     retention: store_partitions.Retention | None = None,
 ) -> LedgerResult:
-    dsn = pool.dsn_from_env(env)
-    timeouts = opencost_config.Timeouts.from_sources({}, env)
-    seconds = max(1, int(timeouts.database_init.total_seconds()))
-    with unit.session(dsn, connect_timeout=seconds) as conn:
+    if not job.dsn:
+        raise pool.LedgerConnectionError(
+            f"{environment.Env.POSTGRES_CONNECTION_STRING} is not set; "
+            "it must hold the PostgreSQL DSN"
+        )
+    seconds = max(1, int(job.timeouts({}).database_init.total_seconds()))
+    with unit.session(job.dsn, connect_timeout=seconds) as conn:
         return charge(
             conn,
-            cluster=cluster,
+            cluster=job.cluster,
             scheduled=scheduled,
             billed=billed,
             calendar=calendar,
@@ -257,11 +254,11 @@ def _describe(exc: BaseException) -> str:
 
 
 def _costs_changes(
-    costs: list[bodies.CostBucket], reason: charges.CostsReason, now: dt.datetime
+    costs: list[bodies.CostBucketBody], reason: reasons.CostsReason, now: dt.datetime
 ) -> list[status.Change]:
     """Fresh buckets and `CostsResolved` (nothing is written when both are as they were)."""
-    resolved = conditions.Condition(
-        charges.COSTS_RESOLVED, "True", reason.value, charges.COSTS_MESSAGES[reason]
+    resolved = conditions.DecidedCondition(
+        reasons.ConditionType.COSTS_RESOLVED, "True", reason.value, charges.COSTS_MESSAGES[reason]
     )
     return [status.set_fields({"costs": costs}), status.set_condition(resolved, now)]
 
@@ -281,8 +278,8 @@ class _Listed:
     """The listed Subscriptions this run handles: activated ones (billed), and deleted ones
     that never activated but still carry our finalizer (released with nothing to bill)."""
 
-    activated: list[tuple[bodies.Subscription, charges.SubscriptionState]]
-    never_activated: list[tuple[bodies.Subscription, charges.SubscriptionState]]
+    activated: list[tuple[bodies.SubscriptionBody, charges.SubscriptionState]]
+    never_activated: list[tuple[bodies.SubscriptionBody, charges.SubscriptionState]]
 
 
 @dataclasses.dataclass
@@ -297,7 +294,7 @@ class _Terms:
 
 async def collect(
     client: AsyncClient,
-    env: Mapping[str, str],
+    job: job_settings.JobSettings,
     now: dt.datetime,
     ledger: Callable[[Sequence[charge_plan.Billed]], LedgerResult] | None = None,
     namespace: str = "*",
@@ -311,12 +308,11 @@ async def collect(
     billing-period setting and `retention` the ledger's (`run` parses both from the
     environment once).
     """
-    cluster = pool.cluster_id(env)
-    scheduled = plan.scheduled_hour(env.get("SCHEDULED_TIMESTAMP"), now)
-    calendar = calendar or periods.Calendar.from_env(env)
-    retention = retention or store_partitions.Retention.from_env(env)
+    scheduled = job.scheduled_hour(now)
+    calendar = calendar or job.calendar()
+    retention = retention or job.retention()
     charge_ledger = ledger or functools.partial(
-        _ledger_pass, env, cluster, scheduled, calendar=calendar, retention=retention
+        _ledger_pass, job, scheduled, calendar=calendar, retention=retention
     )
     run = _Run(client, now, scheduled, RunReport(scheduled))
     listed = _sort(await kube_subs.list_subscriptions(client, namespace), run)
@@ -328,12 +324,12 @@ async def collect(
     await _release_never_activated(run, listed.never_activated)
     if result is not None:  # Budgets are judged against the ledger this run wrote
         billed = budget_job.billed_of(listed.activated, terms.of)
-        judged = await budget_job.after_charges(client, env, scheduled, now, billed, namespace)
+        judged = await budget_job.after_charges(client, job, scheduled, now, billed, namespace)
         run.report.errors.update(judged.errors)
     return run.report
 
 
-def _sort(objects: Sequence[bodies.Subscription], run: _Run) -> _Listed:
+def _sort(objects: Sequence[bodies.SubscriptionBody], run: _Run) -> _Listed:
     """Phase 1: parse each listed Subscription; one that cannot be read is a failure."""
     listed = _Listed([], [])
     for obj in objects:
@@ -359,7 +355,7 @@ def _sort(objects: Sequence[bodies.Subscription], run: _Run) -> _Listed:
 
 
 async def _read_terms(
-    run: _Run, activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]]
+    run: _Run, activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]]
 ) -> _Terms:
     """Phase 2: read every referenced Offering once and the namespace labels, and build each
     Subscription's terms; a missing Offering or bad terms hold only that Subscription."""
@@ -384,7 +380,7 @@ async def _read_terms(
             )
             continue
         try:
-            spec = offering.get("spec") or cast(bodies.OfferingSpec, {})
+            spec = offering.get("spec") or cast(bodies.OfferingSpecBody, {})
             terms = charges.terms_for(state, spec)
         except charges.TermsError as exc:
             run.report.errors[state.key] = str(exc)
@@ -398,7 +394,7 @@ async def _read_terms(
 
 async def _charge_ledger(
     run: _Run,
-    activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]],
+    activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]],
     terms: _Terms,
     ledger: Callable[[Sequence[charge_plan.Billed]], LedgerResult],
 ) -> LedgerResult | None:
@@ -430,7 +426,7 @@ async def _charge_ledger(
 
 async def _write_costs(
     run: _Run,
-    activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]],
+    activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]],
     terms: _Terms,
     result: LedgerResult | None,
 ) -> dict[str, Mapping[str, Any]]:
@@ -467,7 +463,7 @@ async def _write_costs(
 
 async def _release_settled(
     run: _Run,
-    activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]],
+    activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]],
     terms: _Terms,
     boundary: dt.datetime | None,
     latest: Mapping[str, Mapping[str, Any]],
@@ -496,7 +492,7 @@ def _still_settled(
     terms: charges.Terms,
     scheduled: dt.datetime,
     boundary: dt.datetime | None,
-    fresh: bodies.Subscription,
+    fresh: bodies.SubscriptionBody,
 ) -> bool:
     """The release decision, asked again of a freshly read Subscription."""
     again = charges.SubscriptionState.from_object(fresh)
@@ -507,13 +503,13 @@ def _still_settled(
     )
 
 
-def _still_never_activated(fresh: bodies.Subscription) -> bool:
+def _still_never_activated(fresh: bodies.SubscriptionBody) -> bool:
     again = charges.SubscriptionState.from_object(fresh)
     return again.deleting and again.activated_at is None
 
 
 async def _release_never_activated(
-    run: _Run, never_activated: Sequence[tuple[bodies.Subscription, charges.SubscriptionState]]
+    run: _Run, never_activated: Sequence[tuple[bodies.SubscriptionBody, charges.SubscriptionState]]
 ) -> None:
     """Phase 6: deleted Subscriptions that never activated have nothing to settle."""
     line = f"{charges.Release.RELEASE.value} (never activated, nothing to bill)"
@@ -525,7 +521,7 @@ async def _release(
     run: _Run,
     obj: Mapping[str, Any],
     state: charges.SubscriptionState,
-    still_allowed: Callable[[bodies.Subscription], bool],
+    still_allowed: Callable[[bodies.SubscriptionBody], bool],
     line: str,
 ) -> None:
     """Take our finalizer off one Subscription; a failure is recorded against it."""
@@ -549,12 +545,15 @@ async def run(
     namespace: str = "*",
 ) -> int:
     """One collection run; the exit status is 0 only when nothing failed for anything."""
-    if not env.get(pool.DSN_ENV, "").strip():
-        log.error("required environment variable not set: %s", pool.DSN_ENV)
+    job = job_settings.JobSettings.from_env(env)
+    if not job.dsn:
+        log.error(
+            "required environment variable not set: %s", environment.Env.POSTGRES_CONNECTION_STRING
+        )
         return 1
     try:
-        calendar = periods.Calendar.from_env(env)
-        retention = store_partitions.Retention.from_env(env)
+        calendar = job.calendar()
+        retention = job.retention()
     except (periods.SettingsError, store_partitions.SettingsError) as exc:
         log.error("%s", exc)
         return 1
@@ -563,17 +562,12 @@ async def run(
     try:
         try:
             report = await collect(
-                client,
-                env,
-                started_at,
-                namespace=namespace,
-                calendar=calendar,
-                retention=retention,
+                client, job, started_at, namespace=namespace, calendar=calendar, retention=retention
             )
         except ApiError as exc:
             log.error("cannot list Subscriptions: %s", _describe(exc))
             error = f"cannot list Subscriptions: {_describe(exc)}"
-            await _record(client, env, started_at, started, error)
+            await _record(client, job, started_at, started, error)
             return 1
         for key, error in sorted(report.errors.items()):
             log.error("subscription %s: %s", key, error, extra={"subscription": key})
@@ -588,7 +582,7 @@ async def run(
             len(report.errors),
         )
         summary = "; ".join(f"{k}: {e}" for k, e in sorted(report.errors.items()))
-        recorded = await _record(client, env, started_at, started, _clip(summary))
+        recorded = await _record(client, job, started_at, started, _clip(summary))
         return 1 if report.errors or not recorded else 0
     finally:
         if kube is None:
@@ -601,12 +595,12 @@ def _clip(text: str, limit: int = 1024) -> str:
 
 
 async def _record(
-    client: AsyncClient, env: Mapping[str, str], at: dt.datetime, started: float, error: str
+    client: AsyncClient, job: job_settings.JobSettings, at: dt.datetime, started: float, error: str
 ) -> bool:
     """Prepend this run's record to its CostJob's history (beyond the reference, which left a
     charge CostJob's status empty: DESIGN §2.8); a run without `COSTJOB_NAME`, e.g. started
     by hand, records nothing. Returns False when the record could not be written."""
-    name, namespace = env.get("COSTJOB_NAME", ""), env.get("COSTJOB_NAMESPACE", "")
+    name, namespace = job.costjob_name, job.costjob_namespace
     if not name or not namespace:
         return True
     problem = await records.write(client, namespace, name, records.finished(at, started, error))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from finops.billing import money, periods, ticks
 from finops.collection import charge_plan, rechecks
-from finops.store import charge_sql, unit
+from finops.store import charge_sql, pool, unit
 from finops.store import periods as store_periods
 
 log = logging.getLogger("finops.jobs.periods")
@@ -34,7 +34,7 @@ class Settled:
 
 
 def settle(
-    conn: unit.Connection,
+    conn: pool.Connection,
     *,
     cluster: str,
     calendar: periods.Calendar,
@@ -74,7 +74,7 @@ def settle(
 
 
 def _plan(
-    conn: unit.Connection,
+    conn: pool.Connection,
     cluster: str,
     closed: rechecks.Closed | None,
     scheduled: dt.datetime,
@@ -89,7 +89,7 @@ def _plan(
 
 
 def _correct(
-    conn: unit.Connection,
+    conn: pool.Connection,
     cluster: str,
     closed: rechecks.Closed | None,
     plan: rechecks.Rechecks,
@@ -103,7 +103,7 @@ def _correct(
     again = [
         b for b in billed if b.sub.uid in plan.windows and b.sub.uid in inputs.versions.offering
     ]
-    truth = dataclasses.replace(inputs, boundary=None, windows=plan.windows, priced=())
+    truth = dataclasses.replace(inputs, boundary=None, windows=plan.windows)
     tables = charge_plan.tables(again, truth, scheduled)
     charge_sql.stage(conn, cluster=cluster, tables=tables, scheduled=scheduled)
     return store_periods.book_corrections(

@@ -12,9 +12,9 @@ from finops.collection import durations, plan
 from finops.kube import resources, status
 
 
-def finished(at: dt.datetime, started: float, error: str) -> plan.ExecutionRecord:
+def finished(at: dt.datetime, started: float, error: str) -> plan.RunRecord:
     """The record of a run that began at `at` (`started` on the monotonic clock)."""
-    return plan.ExecutionRecord(
+    return plan.RunRecord(
         execution_time=at,
         succeeded=not error,
         duration=durations.format_seconds(dt.timedelta(seconds=time.monotonic() - started)),
@@ -22,9 +22,7 @@ def finished(at: dt.datetime, started: float, error: str) -> plan.ExecutionRecor
     )
 
 
-async def write(
-    client: AsyncClient, namespace: str, name: str, record: plan.ExecutionRecord
-) -> str:
+async def write(client: AsyncClient, namespace: str, name: str, record: plan.RunRecord) -> str:
     """Prepend `record` to the CostJob's history; '' when written, else why it was not."""
     try:
         done = await status.apply(

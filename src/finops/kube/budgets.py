@@ -14,9 +14,9 @@ from finops.kube import resources
 LIST_CHUNK = 500
 
 
-async def list_budgets(client: AsyncClient, namespace: str = "*") -> list[bodies.Budget]:
+async def list_budgets(client: AsyncClient, namespace: str = "*") -> list[bodies.BudgetBody]:
     """Every Budget of the cluster (or of one namespace), in pages."""
     return [
-        cast(bodies.Budget, kube_client.to_dict(o))
+        cast(bodies.BudgetBody, kube_client.to_dict(o))
         async for o in client.list(resources.Budget, namespace=namespace, chunk_size=LIST_CHUNK)
     ]

@@ -12,20 +12,10 @@ from typing import Any
 
 import lightkube
 from lightkube import config as lk_config
-from lightkube.resources import apps_v1, batch_v1, coordination_v1, core_v1
 
 FIELD_MANAGER = "finops-operator"
 
 # Re-exported resource classes so callers import one module for every kind they touch.
-ConfigMap: Any = core_v1.ConfigMap
-Secret: Any = core_v1.Secret
-Event: Any = core_v1.Event
-Deployment: Any = apps_v1.Deployment
-CronJob: Any = batch_v1.CronJob
-Lease: Any = coordination_v1.Lease
-
-ApiError = lightkube.ApiError
-PatchType = lightkube.types.PatchType
 
 
 def make_client(timeout: float = 30.0) -> lightkube.AsyncClient:

@@ -13,11 +13,11 @@ import contextlib
 import datetime as dt
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 import lightkube
+from lightkube.resources import core_v1
 
-from finops.api import conditions
+from finops.api import bodies, conditions
 from finops.kube import client as kube_client
 
 COMPONENT = "finops-operator"
@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 
 def event_body(
-    involved: Mapping[str, Any], type_: str, reason: str, message: str, now: dt.datetime
-) -> dict[str, Any]:
+    involved: bodies.Object, type_: str, reason: str, message: str, now: dt.datetime
+) -> dict[str, object]:
     """A core/v1 Event about `involved`; cluster-scoped objects get theirs in `default`."""
     meta = involved.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
@@ -59,7 +59,7 @@ def event_body(
 
 async def record(
     client: lightkube.AsyncClient,
-    involved: Mapping[str, Any],
+    involved: bodies.Object,
     type_: str,
     reason: str,
     message: str,
@@ -70,7 +70,7 @@ async def record(
 
 async def post_once(
     client: lightkube.AsyncClient,
-    involved: Mapping[str, Any],
+    involved: bodies.Object,
     name: str,
     event: tuple[str, str, str],
     now: dt.datetime,
@@ -79,9 +79,10 @@ async def post_once(
     created it, False when an earlier post had (the API server refused it with 409). Other
     errors raise: the caller must try again rather than think it was posted."""
     body = event_body(involved, *event, now)
-    body["metadata"] = {"name": name, "namespace": body["metadata"]["namespace"]}
+    namespace = (involved.get("metadata") or {}).get("namespace") or "default"
+    body["metadata"] = {"name": name, "namespace": namespace}
     try:
-        await kube_client.create(client, kube_client.Event, body)
+        await kube_client.create(client, core_v1.Event, body)
     except lightkube.ApiError as exc:
         if kube_client.status_code(exc) != 409:
             raise
@@ -89,9 +90,9 @@ async def post_once(
     return True
 
 
-async def _post(client: lightkube.AsyncClient, body: Mapping[str, Any]) -> None:
+async def _post(client: lightkube.AsyncClient, body: Mapping[str, object]) -> None:
     try:
-        await kube_client.create(client, kube_client.Event, body)
+        await kube_client.create(client, core_v1.Event, body)
     except Exception as exc:  # best effort by design
         log.warning("could not record event", extra={"reason": body["reason"], "error": str(exc)})
 
@@ -109,12 +110,10 @@ class Recorder:
     ) -> None:
         self.client = client
         self.senders = senders
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=capacity)
+        self._queue: asyncio.Queue[dict[str, object]] = asyncio.Queue(maxsize=capacity)
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def record(
-        self, involved: Mapping[str, Any], type_: str, reason: str, message: str
-    ) -> None:
+    async def record(self, involved: bodies.Object, type_: str, reason: str, message: str) -> None:
         """Queue one Event (waits only while the queue is full)."""
         if not self._tasks:
             self._tasks = [

@@ -7,7 +7,6 @@ fresh read. Both return the object as written, or None when nothing was written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 import lightkube
@@ -17,22 +16,21 @@ from finops.kube import client as kube_client
 
 CONFLICT_CODES = (409, 422)
 
-Body = TypeVar("Body", bound=Mapping[str, Any])
+Body = TypeVar("Body", bound=bodies.Object)
 """An object of any kind: what is patched comes back as the same kind."""
 
 
-def _meta(obj: Mapping[str, Any]) -> bodies.ObjectMeta:
-    meta: bodies.ObjectMeta = obj.get("metadata") or bodies.ObjectMeta()
-    return meta
+def _meta(obj: bodies.Object) -> bodies.ObjectMetaBody:
+    return obj.get("metadata") or bodies.ObjectMetaBody()
 
 
-def add_ops(obj: Mapping[str, Any], finalizer: str) -> list[dict[str, Any]] | None:
+def add_ops(obj: bodies.Object, finalizer: str) -> list[dict[str, object]] | None:
     """The JSON patch appending `finalizer`, or None when it is already there."""
     meta = _meta(obj)
     current = list(meta.get("finalizers") or ())
     if finalizer in current:
         return None
-    ops: list[dict[str, Any]] = [
+    ops: list[dict[str, object]] = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")}
     ]
     if current:
@@ -42,7 +40,7 @@ def add_ops(obj: Mapping[str, Any], finalizer: str) -> list[dict[str, Any]] | No
     return ops
 
 
-def remove_ops(obj: Mapping[str, Any], finalizer: str) -> list[dict[str, Any]] | None:
+def remove_ops(obj: bodies.Object, finalizer: str) -> list[dict[str, object]] | None:
     """The JSON patch removing `finalizer` at its index, or None when it is absent."""
     meta = _meta(obj)
     current = list(meta.get("finalizers") or ())
@@ -57,7 +55,7 @@ def remove_ops(obj: Mapping[str, Any], finalizer: str) -> list[dict[str, Any]] |
 
 
 async def _patch(
-    client: lightkube.AsyncClient, res: Any, obj: Body, ops: list[dict[str, Any]]
+    client: lightkube.AsyncClient, res: Any, obj: Body, ops: list[dict[str, object]]
 ) -> Body:
     meta = _meta(obj)
     written = await client.patch(
@@ -65,7 +63,7 @@ async def _patch(
         str(meta.get("name")),
         ops,
         namespace=str(meta.get("namespace")),
-        patch_type=kube_client.PatchType.JSON,
+        patch_type=lightkube.types.PatchType.JSON,
     )
     return cast(Body, kube_client.to_dict(written))
 

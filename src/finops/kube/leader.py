@@ -15,10 +15,11 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightkube
+from lightkube.resources import coordination_v1
 
 from finops.kube import client as kube_client
 
@@ -75,12 +76,16 @@ class LeaderElector:
         return self._monotonic() - self._renewed_at < self.renew_deadline
 
     def _lease_body(
-        self, spec: dict[str, Any], meta: dict[str, Any] | None = None
+        self, spec: dict[str, Any], over: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
+        """The whole Lease; `over`, the Lease as read, makes it a replace of that version."""
+        meta: dict[str, str] = {"name": self.name, "namespace": self.namespace}
+        if over is not None:
+            meta["resourceVersion"] = over["metadata"]["resourceVersion"]
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": meta or {"name": self.name, "namespace": self.namespace},
+            "metadata": meta,
             "spec": spec,
         }
 
@@ -95,7 +100,7 @@ class LeaderElector:
     async def _contend(self) -> bool:
         now = dt.datetime.now(dt.UTC)
         lease = await kube_client.get_or_none(
-            self.client, kube_client.Lease, self.name, self.namespace
+            self.client, coordination_v1.Lease, self.name, self.namespace
         )
         if lease is None:
             spec: dict[str, Any] = {
@@ -106,7 +111,7 @@ class LeaderElector:
                 "leaseTransitions": 0,
             }
             try:
-                await kube_client.create(self.client, kube_client.Lease, self._lease_body(spec))
+                await kube_client.create(self.client, coordination_v1.Lease, self._lease_body(spec))
             except lightkube.ApiError as exc:
                 if kube_client.status_code(exc) == 409:
                     return False
@@ -134,14 +139,9 @@ class LeaderElector:
             "renewTime": micro_time(now),
             "leaseTransitions": transitions if holder == self.identity else transitions + 1,
         }
-        meta = {
-            "name": self.name,
-            "namespace": self.namespace,
-            "resourceVersion": lease["metadata"]["resourceVersion"],
-        }
         try:
             await kube_client.replace(
-                self.client, kube_client.Lease, self._lease_body(new_spec, meta)
+                self.client, coordination_v1.Lease, self._lease_body(new_spec, lease)
             )
         except lightkube.ApiError as exc:
             if kube_client.status_code(exc) == 409:
@@ -215,7 +215,7 @@ class LeaderElector:
             return
         self.is_leader = False
         lease = await kube_client.get_or_none(
-            self.client, kube_client.Lease, self.name, self.namespace
+            self.client, coordination_v1.Lease, self.name, self.namespace
         )
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
             return
@@ -223,13 +223,10 @@ class LeaderElector:
         spec = dict(lease.get("spec") or {})
         spec.update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": now})
         spec = {k: v for k, v in spec.items() if v is not None}
-        meta = {
-            "name": self.name,
-            "namespace": self.namespace,
-            "resourceVersion": lease["metadata"]["resourceVersion"],
-        }
         try:
-            await kube_client.replace(self.client, kube_client.Lease, self._lease_body(spec, meta))
+            await kube_client.replace(
+                self.client, coordination_v1.Lease, self._lease_body(spec, lease)
+            )
             log.info("released leadership", extra={"lease": f"{self.namespace}/{self.name}"})
         except lightkube.ApiError as exc:
             log.warning("could not release lease", extra={"error": str(exc)})

@@ -9,16 +9,18 @@ from typing import Any
 
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
-GROUP = "finops.stakater.com"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+from finops.api import models
 
-FinOpsProvider: Any = create_global_resource(GROUP, VERSION, "FinOpsProvider", "finopsproviders")
-PriceBook: Any = create_namespaced_resource(GROUP, VERSION, "PriceBook", "pricebooks")
-CostJob: Any = create_namespaced_resource(GROUP, VERSION, "CostJob", "costjobs")
-Offering: Any = create_namespaced_resource(GROUP, VERSION, "Offering", "offerings")
-Subscription: Any = create_namespaced_resource(GROUP, VERSION, "Subscription", "subscriptions")
-Budget: Any = create_namespaced_resource(GROUP, VERSION, "Budget", "budgets")
+FinOpsProvider: Any = create_global_resource(
+    models.GROUP, models.VERSION, "FinOpsProvider", "finopsproviders"
+)
+PriceBook: Any = create_namespaced_resource(models.GROUP, models.VERSION, "PriceBook", "pricebooks")
+CostJob: Any = create_namespaced_resource(models.GROUP, models.VERSION, "CostJob", "costjobs")
+Offering: Any = create_namespaced_resource(models.GROUP, models.VERSION, "Offering", "offerings")
+Subscription: Any = create_namespaced_resource(
+    models.GROUP, models.VERSION, "Subscription", "subscriptions"
+)
+Budget: Any = create_namespaced_resource(models.GROUP, models.VERSION, "Budget", "budgets")
 
 # Multi Tenant Operator's bundled OpenCost (patched by the FinOpsProvider reconciler in MTO mode).
 OpenCost: Any = create_namespaced_resource(

@@ -21,22 +21,24 @@ from typing import Any, TypeVar, cast
 
 import lightkube
 
-from finops.api import bodies, conditions
+from finops.api import conditions
 from finops.kube import client as kube_client
 
 log = logging.getLogger(__name__)
 
-Body = TypeVar("Body", bound=Mapping[str, Any])
+Body = TypeVar("Body", bound=Mapping[str, object])
 """An object of any kind: a status write returns the same kind."""
 
-Change = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+Change = Callable[[Mapping[str, object]], Mapping[str, object]]
 """The object as read → its whole status after the change (the object is not modified)."""
 
 
-def patch_body(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:
+def patch_body(
+    current: Mapping[str, object] | None, desired: Mapping[str, object]
+) -> dict[str, object]:
     """Changed keys of `desired`, and null for keys of `current` it dropped."""
     before = dict(current or {})
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         k: v for k, v in desired.items() if before.get(k) != v or k not in before
     }
     for gone in set(before) - set(desired):
@@ -44,32 +46,39 @@ def patch_body(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) ->
     return body
 
 
-def status_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+def status_of(obj: Mapping[str, object]) -> dict[str, object]:
     """A copy of the object's status (empty when it has none)."""
-    return dict(obj.get("status") or {})
+    status = obj.get("status")
+    return dict(status) if isinstance(status, Mapping) else {}
 
 
-def replace(desired: Mapping[str, Any]) -> Change:
+def metadata_of(obj: Mapping[str, object]) -> Mapping[str, object]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def replace(desired: Mapping[str, object]) -> Change:
     """The status becomes `desired` (a reconciler's pure plan of the whole status)."""
     return lambda _obj: desired
 
 
-def set_fields(fields: Mapping[str, Any]) -> Change:
+def set_fields(fields: Mapping[str, object]) -> Change:
     """The given top-level status fields take these values; the others stay."""
     return lambda obj: {**status_of(obj), **fields}
 
 
-def set_condition(condition: conditions.Condition, now: dt.datetime) -> Change:
+def set_condition(condition: conditions.DecidedCondition, now: dt.datetime) -> Change:
     """`condition` set in `status.conditions` for the object's generation (its transition
     time moves only when its status does)."""
 
-    def change(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    def change(obj: Mapping[str, object]) -> Mapping[str, object]:
         status = status_of(obj)
-        generation = (obj.get("metadata") or {}).get("generation")
+        generation = metadata_of(obj).get("generation")
+        current = status.get("conditions")
         status["conditions"] = conditions.set_condition(
-            status.get("conditions"),
+            current if isinstance(current, list) else None,
             condition,
-            generation=int(generation) if generation is not None else None,
+            generation=generation if isinstance(generation, int) else None,
             now=now,
         )
         return status
@@ -82,11 +91,11 @@ class Applied:
     """What `apply` did: the object as written (or as read when nothing changed; None when it
     is gone) and whether a patch was sent."""
 
-    obj: dict[str, Any] | None
+    obj: dict[str, object] | None
     written: bool
 
 
-def _after(obj: Mapping[str, Any], changes: Sequence[Change]) -> dict[str, Any]:
+def _after(obj: Mapping[str, object], changes: Sequence[Change]) -> dict[str, object]:
     status = status_of(obj)
     for change in changes:
         status = dict(change({**obj, "status": status}))
@@ -100,7 +109,7 @@ async def apply(
     changes: Sequence[Change],
     *,
     namespace: str | None = None,
-    observed: Mapping[str, Any] | None = None,
+    observed: Mapping[str, object] | None = None,
     attempts: int = 5,
 ) -> Applied:
     """Apply `changes` to the status of `res` `namespace/name`.
@@ -108,7 +117,7 @@ async def apply(
     The first attempt uses `observed` (the object as just read) when given, else a fresh GET;
     every retry after a 409 reads the object again.
     """
-    current: Mapping[str, Any] | None = observed
+    current: Mapping[str, object] | None = observed
     for attempt in range(attempts):
         if current is None:
             current = await kube_client.get_or_none(client, res, name, namespace)
@@ -117,9 +126,8 @@ async def apply(
         before, after = status_of(current), _after(current, changes)
         if after == before:
             return Applied(dict(current), False)
-        meta: bodies.ObjectMeta = current.get("metadata") or bodies.ObjectMeta()
         body = {
-            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "metadata": {"resourceVersion": metadata_of(current).get("resourceVersion")},
             "status": patch_body(before, after),
         }
         try:
@@ -141,11 +149,11 @@ async def write(
     client: lightkube.AsyncClient,
     res: Any,
     obj: Body,
-    desired: Mapping[str, Any],
+    desired: Mapping[str, object],
 ) -> Body:
     """A reconciler's whole planned status for the namespaced `obj` it observed; a conflict
     raises (409) so the reconciler requeues and decides again. Returns the object after."""
-    meta: bodies.ObjectMeta = obj.get("metadata") or bodies.ObjectMeta()
+    meta = metadata_of(obj)
     done = await apply(
         client,
         res,

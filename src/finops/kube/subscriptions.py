@@ -31,28 +31,28 @@ LIST_CHUNK = 500
 
 async def list_subscriptions(
     client: AsyncClient, namespace: str = "*"
-) -> list[bodies.Subscription]:
+) -> list[bodies.SubscriptionBody]:
     """Every Subscription of the cluster (or of one namespace), in pages."""
     return [
-        cast(bodies.Subscription, kube_client.to_dict(o))
+        cast(bodies.SubscriptionBody, kube_client.to_dict(o))
         async for o in client.list(
             resources.Subscription, namespace=namespace, chunk_size=LIST_CHUNK
         )
     ]
 
 
-async def get_offering(client: AsyncClient, namespace: str, name: str) -> bodies.Offering:
+async def get_offering(client: AsyncClient, namespace: str, name: str) -> bodies.OfferingBody:
     """One Offering; ApiError (404 included) propagates: a missing Offering is a failure."""
     found = await client.get(resources.Offering, name, namespace=namespace)
-    return cast(bodies.Offering, kube_client.to_dict(found))
+    return cast(bodies.OfferingBody, kube_client.to_dict(found))
 
 
 async def get_subscription(
     client: AsyncClient, namespace: str, name: str
-) -> bodies.Subscription | None:
+) -> bodies.SubscriptionBody | None:
     """One Subscription, None when it is gone."""
     found = await kube_client.get_or_none(client, resources.Subscription, name, namespace)
-    return cast("bodies.Subscription | None", found)
+    return cast("bodies.SubscriptionBody | None", found)
 
 
 async def namespace_labels(client: AsyncClient) -> dict[str, dict[str, str]]:
@@ -65,8 +65,8 @@ async def namespace_labels(client: AsyncClient) -> dict[str, dict[str, str]]:
     return labels
 
 
-def _meta(obj: Mapping[str, Any]) -> bodies.ObjectMeta:
-    meta: bodies.ObjectMeta = obj.get("metadata") or bodies.ObjectMeta()
+def _meta(obj: Mapping[str, Any]) -> bodies.ObjectMetaBody:
+    meta: bodies.ObjectMetaBody = obj.get("metadata") or bodies.ObjectMetaBody()
     return meta
 
 
@@ -74,7 +74,7 @@ async def remove_finalizer(
     client: AsyncClient,
     subscription: Mapping[str, Any],
     finalizer: str,
-    still_allowed: Callable[[bodies.Subscription], bool] = lambda _: True,
+    still_allowed: Callable[[bodies.SubscriptionBody], bool] = lambda _: True,
     attempts: int = 5,
 ) -> bool:
     """Remove `finalizer` with a JSON patch that first tests resourceVersion and the entry.

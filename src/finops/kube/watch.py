@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import lightkube
 
@@ -20,33 +20,42 @@ from finops.kube import client as kube_client
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
-Handler = Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
+B = TypeVar("B", bound=Mapping[str, object])
+Handler: TypeAlias = Callable[[str, B | None, B | None], None]
 """(event type, old object or None, new object or None)."""
-Projection = Callable[[dict[str, Any]], dict[str, Any]]
-"""An object as the API server sent it -> what the store keeps of it (and handlers see)."""
+Projection: TypeAlias = Callable[[dict[str, Any]], B]
+"""An object as the API server sent it -> what the store keeps of it (and handlers see): a
+typed body (`finops.api.bodies`) for the kinds of this API, the raw JSON for others."""
 LIST_CHUNK = 500
 """Objects per page of a relist: a 10k-object list is never one response held in memory."""
 
 
-def object_key(obj: dict[str, Any]) -> Key:
+def object_key(obj: Mapping[str, object]) -> Key:
     """(namespace, name); namespace is "" for cluster-scoped objects."""
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return ("", "")
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-class Source:
-    """One kind, optionally label-filtered, across all namespaces."""
+def raw(body: dict[str, Any]) -> dict[str, Any]:
+    """The projection of a kind this package has no typed body for: the JSON as sent."""
+    return body
+
+
+class Source(Generic[B]):
+    """One kind, optionally label-filtered, across all namespaces, kept as `project` makes it."""
 
     def __init__(
         self,
         client: lightkube.AsyncClient,
         res: Any,
-        handler: Handler,
+        handler: Handler[B],
+        project: Projection[B],
         *,
         namespaced: bool = True,
         labels: dict[str, str] | None = None,
         max_backoff: float = 10.0,
-        project: Projection | None = None,
     ) -> None:
         self.client = client
         self.res = res
@@ -54,8 +63,8 @@ class Source:
         self.namespaced = namespaced
         self.labels = labels
         self.max_backoff = max_backoff
-        self.project: Projection = project or (lambda body: body)
-        self.store: dict[Key, dict[str, Any]] = {}
+        self.project = project
+        self.store: dict[Key, B] = {}
         self.synced = asyncio.Event()
         self.name = getattr(res, "__name__", str(res))
 
@@ -69,7 +78,7 @@ class Source:
 
     async def _relist(self) -> str:
         listing = self.client.list(self.res, chunk_size=LIST_CHUNK, **self._scope())
-        fresh: dict[Key, dict[str, Any]] = {}
+        fresh: dict[Key, B] = {}
         async for obj in listing:
             body = self.project(kube_client.to_dict(obj))
             fresh[object_key(body)] = body

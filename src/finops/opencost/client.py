@@ -9,10 +9,9 @@ cancels the others and is raised, so the caller rolls the hour back.
 
 Typical use by the allocation run::
 
-    cfg = config.OpenCostConfig.from_sources(costjob["spec"], os.environ)
-    async with client.OpenCostClient(cfg) as oc:
-        async for batch in client.iter_hour(oc, hour, cluster=cluster_id):
-            ...  # write the batch into the hour's transaction
+    async with client.OpenCostClient(cfg) as oc, client.hour_deadline(oc, hour):
+        async for lines in client.iter_hour_lines(oc, hour, cluster=cluster_id):
+            ...  # COPY the batch into the hour's transaction
 """
 
 from __future__ import annotations
@@ -295,35 +294,17 @@ def _describe(params: dict[str, str]) -> str:
     return f"GET {ALLOCATION_PATH}?" + "&".join(parts)
 
 
-async def iter_hour(
-    oc: OpenCostClient,
-    hour: dt.datetime,
-    *,
-    cluster: str,
-) -> AsyncGenerator[list[allocation.AllocationRow], None]:
-    """Yield the hour's rows in batches: one batch unsharded, one per shard when sharded.
-
-    At most `concurrency` shard responses are in flight or waiting for the consumer at any
-    time, which bounds memory. The first failing shard cancels the rest and its error is
-    raised. Each request is bounded by `openCostFetchTimeout`; the caller bounds the whole
-    hour (`asyncio.timeout(cfg.fetch_timeout)`), or uses `fetch_hour`, which does.
-    """
-
-    def fetch(shard: Sequence[str] | None) -> Awaitable[list[allocation.AllocationRow]]:
-        return oc.rows(hour, cluster=cluster, namespaces=shard)
-
-    async with aclosing(_batches(oc, hour, fetch, _row_names)) as batches:
-        async for batch in batches:
-            yield batch
-
-
 async def iter_hour_lines(
     oc: OpenCostClient,
     hour: dt.datetime,
     *,
     cluster: str,
 ) -> AsyncGenerator[fastparse.Lines, None]:
-    """`iter_hour` as `COPY` lines (`fastparse.lines`): the same batches, rows and errors."""
+    """The hour's rows as `COPY` lines (`fastparse.lines`) in batches: one batch unsharded,
+    one per shard when sharded. At most `concurrency` shard responses are in flight or waiting
+    for the consumer at any time, which bounds memory. The first failing shard cancels the rest
+    and its error is raised. Each request is bounded by `openCostFetchTimeout`; the caller
+    bounds the whole hour (`hour_deadline`)."""
 
     def fetch(shard: Sequence[str] | None) -> Awaitable[fastparse.Lines]:
         return oc.row_lines(hour, cluster=cluster, namespaces=shard)
@@ -331,10 +312,6 @@ async def iter_hour_lines(
     async with aclosing(_batches(oc, hour, fetch, _line_names)) as batches:
         async for batch in batches:
             yield batch
-
-
-def _row_names(batch: list[allocation.AllocationRow]) -> Iterable[str]:
-    return (row.name for row in batch)
 
 
 def _line_names(batch: fastparse.Lines) -> Iterable[str]:
@@ -347,7 +324,7 @@ async def _batches(
     fetch: Callable[[Sequence[str] | None], Awaitable[B]],
     names: Callable[[B], Iterable[str]],
 ) -> AsyncGenerator[B, None]:
-    """One batch unsharded, else one per shard (see `iter_hour`)."""
+    """One batch unsharded, else one per shard (see `iter_hour_lines`)."""
     _check_hour(hour)
     sharding = _usable_sharding(oc.config)
     if sharding is None:
@@ -358,7 +335,7 @@ async def _batches(
             yield batch
 
 
-def _usable_sharding(cfg: config.OpenCostConfig) -> config.Sharding | None:
+def _usable_sharding(cfg: config.OpenCostConfig) -> config.ShardPlan | None:
     """The configured sharding, or None when the aggregate could merge rows across shards."""
     if cfg.sharding is not None and not shardable(cfg.aggregate):
         log.warning(
@@ -373,11 +350,11 @@ def _usable_sharding(cfg: config.OpenCostConfig) -> config.Sharding | None:
 async def _iter_shards(
     oc: OpenCostClient,
     hour: dt.datetime,
-    sharding: config.Sharding,
+    sharding: config.ShardPlan,
     fetch: Callable[[Sequence[str] | None], Awaitable[B]],
     names: Callable[[B], Iterable[str]],
 ) -> AsyncGenerator[B, None]:
-    """One batch per namespace shard, at most `concurrency` in flight (see `iter_hour`)."""
+    """One batch per namespace shard, at most `concurrency` in flight (see `iter_hour_lines`)."""
     shards = split(await oc.namespaces(hour), sharding.namespaces_per_shard)
     log.info(
         "hour %s: %d shard(s) of at most %d namespaces, %d at a time",
@@ -428,7 +405,7 @@ def _claim(names: Iterable[str], seen: set[str]) -> None:
 def hour_deadline(
     oc: OpenCostClient, hour: dt.datetime
 ) -> contextlib.AbstractAsyncContextManager[None]:
-    """Bound everything inside to `openCostFetchTimeout`, failing as `fetch_hour` does."""
+    """Bound everything inside to `openCostFetchTimeout`, raising `OpenCostTimeoutError`."""
     return _deadline(oc.config.fetch_timeout, hour)
 
 
@@ -442,18 +419,3 @@ async def _deadline(limit: dt.timedelta, hour: dt.datetime) -> AsyncIterator[Non
             f"fetching hour {hour.isoformat()} from OpenCost took longer than "
             f"{durations.format_seconds(limit)} (openCostFetchTimeout)"
         ) from exc
-
-
-async def fetch_hour(
-    oc: OpenCostClient,
-    hour: dt.datetime,
-    *,
-    cluster: str,
-) -> list[allocation.AllocationRow]:
-    """All of the hour's rows in name order, the whole hour bounded by `openCostFetchTimeout`."""
-    out: list[allocation.AllocationRow] = []
-    async with hour_deadline(oc, hour), aclosing(iter_hour(oc, hour, cluster=cluster)) as batches:
-        async for batch in batches:
-            out.extend(batch)
-    out.sort(key=lambda r: r.name)
-    return out

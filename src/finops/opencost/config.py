@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 
-from finops.api import timeouts
+from finops.api import environment, timeouts
 from finops.collection import durations
 
 log = logging.getLogger(__name__)
@@ -26,9 +26,6 @@ DEFAULT_NAMESPACES_PER_SHARD = 25
 DEFAULT_CONCURRENCY = 4
 # A whole hour of a 10,000-container cluster is about 20 MiB; past this, shard the CostJob.
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-
-
-_TIMEOUT_FIELDS = timeouts.BY_ATTRIBUTE
 
 
 def _duration_setting(
@@ -64,17 +61,19 @@ class Timeouts:
     `http_client` is carried for compatibility and bounds nothing, as in the reference.
     """
 
-    database_init: dt.timedelta = _TIMEOUT_FIELDS["database_init"].default
-    kubernetes_operation: dt.timedelta = _TIMEOUT_FIELDS["kubernetes_operation"].default
-    opencost_fetch: dt.timedelta = _TIMEOUT_FIELDS["opencost_fetch"].default
-    database_insert: dt.timedelta = _TIMEOUT_FIELDS["database_insert"].default
-    status_update: dt.timedelta = _TIMEOUT_FIELDS["status_update"].default
-    http_client: dt.timedelta = _TIMEOUT_FIELDS["http_client"].default
+    database_init: dt.timedelta = timeouts.BY_ATTRIBUTE["database_init"].default
+    kubernetes_operation: dt.timedelta = timeouts.BY_ATTRIBUTE["kubernetes_operation"].default
+    opencost_fetch: dt.timedelta = timeouts.BY_ATTRIBUTE["opencost_fetch"].default
+    database_insert: dt.timedelta = timeouts.BY_ATTRIBUTE["database_insert"].default
+    status_update: dt.timedelta = timeouts.BY_ATTRIBUTE["status_update"].default
+    http_client: dt.timedelta = timeouts.BY_ATTRIBUTE["http_client"].default
 
     @classmethod
     def from_sources(cls, spec: Mapping[str, object], env: Mapping[str, str]) -> Timeouts:
         """Variable if set, else CostJob field, else default; unparsable → logged default."""
-        return cls(**{name: _duration_setting(f, spec, env) for name, f in _TIMEOUT_FIELDS.items()})
+        return cls(
+            **{name: _duration_setting(f, spec, env) for name, f in timeouts.BY_ATTRIBUTE.items()}
+        )
 
 
 def _positive_int(spec: Mapping[str, object], key: str, default: int) -> int:
@@ -88,7 +87,7 @@ def _positive_int(spec: Mapping[str, object], key: str, default: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Sharding:
+class ShardPlan:
     """`spec.sharding`: up to `namespaces_per_shard` namespaces a query, `concurrency` at once."""
 
     namespaces_per_shard: int = DEFAULT_NAMESPACES_PER_SHARD
@@ -99,7 +98,7 @@ class Sharding:
             raise ValueError("namespacesPerShard and concurrency must be at least 1")
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, object]) -> Sharding | None:
+    def from_spec(cls, spec: Mapping[str, object]) -> ShardPlan | None:
         """None when the CostJob does not opt in (one unfiltered query per hour)."""
         raw = spec.get("sharding")
         if raw is None:
@@ -128,8 +127,8 @@ class OpenCostConfig:
     aggregate: str = DEFAULT_AGGREGATE
     step: str = DEFAULT_STEP
     resolution: str = DEFAULT_RESOLUTION
-    fetch_timeout: dt.timedelta = _TIMEOUT_FIELDS["opencost_fetch"].default
-    sharding: Sharding | None = None
+    fetch_timeout: dt.timedelta = timeouts.BY_ATTRIBUTE["opencost_fetch"].default
+    sharding: ShardPlan | None = None
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 
     @classmethod
@@ -139,14 +138,14 @@ class OpenCostConfig:
         Raises ValueError when `OPENCOST_CONNECTION_STRING` is missing: the docs make it a
         required variable of the allocation pod.
         """
-        base_url = env.get("OPENCOST_CONNECTION_STRING", "").strip().rstrip("/")
+        base_url = env.get(environment.Env.OPENCOST_CONNECTION_STRING, "").strip().rstrip("/")
         if not base_url:
             raise ValueError("OPENCOST_CONNECTION_STRING is not set")
         return cls(
             base_url=base_url,
-            aggregate=_text_setting(env, "OPENCOST_AGGREGATE", DEFAULT_AGGREGATE),
-            step=_text_setting(env, "OPENCOST_STEP", DEFAULT_STEP),
-            resolution=_text_setting(env, "OPENCOST_RESOLUTION", DEFAULT_RESOLUTION),
+            aggregate=_text_setting(env, environment.Env.OPENCOST_AGGREGATE, DEFAULT_AGGREGATE),
+            step=_text_setting(env, environment.Env.OPENCOST_STEP, DEFAULT_STEP),
+            resolution=_text_setting(env, environment.Env.OPENCOST_RESOLUTION, DEFAULT_RESOLUTION),
             fetch_timeout=Timeouts.from_sources(spec, env).opencost_fetch,
-            sharding=Sharding.from_spec(spec),
+            sharding=ShardPlan.from_spec(spec),
         )

@@ -4,7 +4,7 @@ Why: the exact path builds the whole JSON document as Python objects (every cost
 every allocation, which the ledger never reads) and then an `AllocationRow` per allocation;
 at 10k+ allocations an hour that is most of an allocation run. Here `msgspec` decodes only
 the fields a row needs into typed structs (numbers as their raw JSON text), and each
-allocation becomes one line of `COPY` text in `ROW_FIELDS` order (see `lines` below).
+allocation becomes one line of `COPY` text in `allocation.ROW_FIELDS` order (see `lines` below).
 
 The exact parser stays the oracle: whenever the body is anything but the plain shape (an
 envelope error, a number that is not a non-negative JSON number, an over-long text, a
@@ -28,7 +28,6 @@ from finops.billing import allocation
 from finops.opencost import parse
 
 RowTuple = tuple[Any, ...]
-ROW_FIELDS = allocation.ROW_FIELDS
 
 # A JSON integer longer than this is refused by `json` (Python's int conversion limit) even
 # where the ledger never reads it; msgspec would skip it, so such bodies go the exact way.
@@ -39,9 +38,6 @@ _LONG_DIGIT_RUN = b"0" * (_MAX_INT_DIGITS + 1)
 
 class _Fallback(Exception):
     """The body is not the plain shape; the exact path decides."""
-
-
-_ZERO = allocation.ZERO
 
 
 def _quantity(value: Any) -> Decimal:
@@ -56,7 +52,7 @@ def _quantity(value: Any) -> Decimal:
             raise _Fallback
         return Decimal(value)
     if value is None:
-        return _ZERO
+        return allocation.ZERO
     raise _Fallback
 
 
@@ -123,8 +119,8 @@ def exact_rows(
 
 def as_tuple(row: allocation.AllocationRow) -> RowTuple:
     """An `AllocationRow` as a row tuple (labels as a plain dict)."""
-    values = [getattr(row, name) for name in ROW_FIELDS]
-    values[ROW_FIELDS.index("labels")] = dict(row.labels)
+    values = [getattr(row, name) for name in allocation.ROW_FIELDS]
+    values[allocation.ROW_FIELDS.index("labels")] = dict(row.labels)
     return tuple(values)
 
 
@@ -291,7 +287,7 @@ def _line(
     return "\t".join(values)  # `_fast_lines` checks there is nothing to escape
 
 
-_TABS = len(ROW_FIELDS) - 1
+_TABS = len(allocation.ROW_FIELDS) - 1
 
 
 def _fast_lines(body: bytes, cluster: str, aggregation: str, hour: dt.datetime) -> Lines:
@@ -330,7 +326,7 @@ def exact_lines(
     return Lines([str(r[_NAME_AT]) for r in found], text)
 
 
-_NAME_AT = ROW_FIELDS.index("name")
+_NAME_AT = allocation.ROW_FIELDS.index("name")
 
 
 def lines(

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+
+from finops.api import bodies
 
 ACTIVE_ANNOTATION = "finops.stakater.com/active"
 
@@ -32,7 +33,7 @@ class Candidate:
         return (self.namespace, self.name)
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> Candidate:
+    def from_object(cls, obj: bodies.PriceBookBody) -> Candidate:
         """Build from a raw PriceBook object as the API server returns it."""
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
@@ -74,11 +75,11 @@ def elect(books: Iterable[Candidate]) -> Candidate | None:
 class RateSource:
     """The book a collection run prices with, or why there is none."""
 
-    book: Mapping[str, Any] | None
+    book: bodies.PriceBookBody | None
     problem: str = ""
 
 
-def rate_source(books: Iterable[Mapping[str, Any]]) -> RateSource:
+def rate_source(books: Iterable[bodies.PriceBookBody]) -> RateSource:
     """The cluster's active, `currency` PriceBook (DESIGN §2.3), as marked by the controller.
 
     Only books whose `status.active` is true count (if a transition left several marked, the
@@ -93,7 +94,8 @@ def rate_source(books: Iterable[Mapping[str, Any]]) -> RateSource:
     assert winner is not None
     book = by_key[winner.key]
     where = f"PriceBook {winner.namespace}/{winner.name}"
-    mode = (book.get("spec") or {}).get("valuationMode")
+    spec = book.get("spec")
+    mode = None if spec is None else spec.get("valuationMode")
     if mode != "currency":
         return RateSource(None, f"active {where} has valuationMode {mode!r}, not 'currency'")
     if str((book.get("status") or {}).get("ready", "")) == "False":

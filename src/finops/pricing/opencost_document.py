@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+
+from finops.api import bodies
 
 CONFIGMAP_NAME = "finops-operator-custom-pricing-configs"
 DOCUMENT_KEY = "default.json"
@@ -29,12 +30,12 @@ _FIELDS: tuple[tuple[str, str], ...] = (
 )
 
 
-def render(book_name: str, rates: Mapping[str, Any] | None) -> dict[str, str]:
+def render(book_name: str, rates: bodies.PriceRatesBody | None) -> dict[str, str]:
     """The flat document for one book; also what `status.activePricing` mirrors."""
-    rates = rates or {}
+    given: Mapping[str, object] = rates or {}
     doc = {"provider": "custom", "description": f"Pricebook from: {book_name}"}
     for key, field in _FIELDS:
-        value = rates.get(field)
+        value = given.get(field)
         doc[key] = str(value) if value not in (None, "") else "0"
     return doc
 

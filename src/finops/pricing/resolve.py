@@ -19,10 +19,10 @@ import copy
 import dataclasses
 import datetime as dt
 import enum
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Iterable, Sequence
+from typing import cast
 
-from finops.api import bodies, conditions
+from finops.api import bodies, conditions, models
 from finops.billing import money, usage
 from finops.pricing import election
 
@@ -40,31 +40,31 @@ class Resolution:
     """The `resolvedPricing` body, or None with the outcome and a message saying why."""
 
     outcome: Outcome
-    pricing: bodies.ResolvedPricing | None
+    pricing: bodies.ResolvedPricingBody | None
     message: str = ""
 
 
-def _offering_name(offering: Mapping[str, Any]) -> str:
-    meta = offering.get("metadata") or {}
+def _object_name(obj: bodies.Object) -> str:
+    meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def declared_meters(spec: bodies.OfferingSpec) -> list[tuple[usage.Meter, usage.Margin]]:
+def declared_meters(spec: bodies.OfferingSpecBody) -> list[tuple[models.MeterName, usage.Margin]]:
     """`spec.pricing.resourcePricing` as (meter, margin), first entry of each name kept.
 
     Raises ValueError for a name outside the API's enum (admission refuses those).
     """
     pricing = spec.get("pricing") or {}
-    entries: Sequence[bodies.Meter] = pricing.get("resourcePricing") or ()
-    seen: dict[usage.Meter, usage.Margin] = {}
+    entries: Sequence[bodies.MeterBody] = pricing.get("resourcePricing") or ()
+    seen: dict[models.MeterName, usage.Margin] = {}
     for entry in entries:
-        meter = usage.Meter(str(entry.get("name")))
+        meter = models.MeterName(str(entry.get("name")))
         if meter not in seen:
             seen[meter] = usage.Margin.from_dict(entry.get("margins"))
     return list(seen.items())
 
 
-def active_book(books: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def active_book(books: Iterable[bodies.PriceBookBody]) -> bodies.PriceBookBody | None:
     """The PriceBook marked active (the election decides if a transition left several)."""
     marked = [b for b in books if (b.get("status") or {}).get("active") is True]
     winner = election.elect(election.Candidate.from_object(b) for b in marked)
@@ -73,7 +73,7 @@ def active_book(books: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return next(b for b in marked if election.Candidate.from_object(b).key == winner.key)
 
 
-def _rate(meter: usage.Meter, rates: bodies.PriceRates) -> money.Micros:
+def _rate(meter: models.MeterName, rates: bodies.PriceRatesBody) -> money.Micros:
     field = usage.RATE_FIELD.get(meter)
     if field is None:
         return money.Micros(0)
@@ -81,24 +81,24 @@ def _rate(meter: usage.Meter, rates: bodies.PriceRates) -> money.Micros:
 
 
 def resolve(
-    offering: Mapping[str, Any], books: Iterable[Mapping[str, Any]], now: dt.datetime
+    offering: bodies.OfferingBody, books: Iterable[bodies.PriceBookBody], now: dt.datetime
 ) -> Resolution:
     """Resolve the Offering's pricing now, against the cluster's PriceBooks."""
-    spec = offering.get("spec") or cast(bodies.OfferingSpec, {})
-    name = _offering_name(offering)
+    spec = offering.get("spec") or cast(bodies.OfferingSpecBody, {})
+    name = _object_name(offering)
     meters = declared_meters(spec)
-    resolved_meters: list[bodies.ResolvedMeter] = []
+    resolved_meters: list[bodies.ResolvedMeterBody] = []
     if meters:
         book = active_book(books)
-        book_spec = (book or {}).get("spec") or {}
-        if book is None or book_spec.get("valuationMode") != "currency":
+        book_spec = None if book is None else book.get("spec")
+        if book is None or book_spec is None or book_spec.get("valuationMode") != "currency":
             return Resolution(
                 Outcome.NO_ACTIVE_PRICEBOOK,
                 None,
                 f"offering {name}: no active pricebook to resolve metered pricing",
             )
-        book_name = _offering_name(book)
-        rates: bodies.PriceRates = book_spec.get("rates") or bodies.PriceRates()
+        book_name = _object_name(book)
+        rates: bodies.PriceRatesBody = book_spec.get("rates") or bodies.PriceRatesBody()
         for meter, margin in meters:
             try:
                 rate = _rate(meter, rates)
@@ -119,11 +119,11 @@ def resolve(
                 f"offering {name}: active PriceBook {book_name} is not ready "
                 "(a rate does not parse; see its Ready condition)",
             )
-    pricing: bodies.ResolvedPricing = {
+    pricing: bodies.ResolvedPricingBody = {
         "resolvedAt": conditions.rfc3339(now),
         "meters": resolved_meters,
     }
     fee = (spec.get("pricing") or {}).get("subscriptionFee")
     if fee is not None:
-        pricing["subscriptionFee"] = cast(bodies.SubscriptionFee, copy.deepcopy(dict(fee)))
+        pricing["subscriptionFee"] = cast(bodies.SubscriptionFeeBody, copy.deepcopy(dict(fee)))
     return Resolution(Outcome.RESOLVED, pricing, f"offering {name}: pricing resolved")

@@ -22,13 +22,11 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import operator
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import psycopg
 from psycopg import pq
-from psycopg.types.json import Jsonb
 
 from finops.billing import allocation
 
@@ -53,29 +51,6 @@ _STAGING = "finops_allocation_staging"
 _STREAM = "finops_allocation_stream"
 _STAMP = ("pricebook_id", "currency", "is_finalized")
 MERGE_WORK_MEM = "96MB"
-
-
-@dataclasses.dataclass(frozen=True)
-class PriceBookRecord:
-    """One immutable `pricebooks` row: rates in micros keyed by their `spec.rates` name."""
-
-    id: int
-    cluster: str
-    book_namespace: str
-    book_name: str
-    book_uid: str
-    currency: str
-    rates: Mapping[str, int]
-
-
-@dataclasses.dataclass(frozen=True)
-class StoredAllocation:
-    """An allocation row as stored, with the pricing stamp and finalization state."""
-
-    row: allocation.AllocationRow
-    pricebook_id: int
-    currency: str
-    is_finalized: bool
 
 
 def rates_digest(currency: str, rates: Mapping[str, int]) -> str:
@@ -134,69 +109,9 @@ def ensure_pricebook(
     return int(existing[0])
 
 
-def pricebooks(conn: psycopg.Connection[Any], ids: Collection[int]) -> dict[int, PriceBookRecord]:
-    """The `pricebooks` rows with these ids (unknown ids are simply absent)."""
-    columns = ", ".join(RATE_COLUMNS.values())
-    rows = conn.execute(
-        f"""
-        SELECT id, cluster, book_namespace, book_name, book_uid, currency, {columns}
-        FROM pricebooks WHERE id = ANY(%s)
-        """.encode(),
-        (list(ids),),
-    ).fetchall()
-    result: dict[int, PriceBookRecord] = {}
-    for row in rows:
-        rates = dict(zip(RATE_COLUMNS, (int(v) for v in row[6:]), strict=True))
-        result[int(row[0])] = PriceBookRecord(
-            int(row[0]), row[1], row[2], row[3], row[4], row[5], rates
-        )
-    return result
-
-
 def _require_aware(value: dt.datetime, what: str) -> None:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware, got {value!r}")
-
-
-def ingest(
-    conn: psycopg.Connection[Any],
-    rows: Iterable[allocation.AllocationRow],
-    *,
-    pricebook_id: int,
-    currency: str,
-    finalized: bool,
-) -> int:
-    """Upsert allocation rows stamped with one PriceBook row; return how many rows changed.
-
-    Rows sharing a key within the batch collapse to the last one. A row already finalized
-    in the table is left untouched; otherwise the stored row takes the new values and the
-    given `finalized` flag. One `COPY` and one `INSERT … ON CONFLICT` per call.
-    """
-    batch: dict[tuple[str, dt.datetime, str, str, str], allocation.AllocationRow] = {}
-    for row in rows:
-        _require_aware(row.hour, "AllocationRow.hour")
-        _require_aware(row.start, "AllocationRow.start")
-        _require_aware(row.end, "AllocationRow.end")
-        key = (row.cluster, row.hour.astimezone(dt.UTC), row.namespace, row.name, row.aggregation)
-        batch[key] = row
-    if not batch:
-        return 0
-    fields_of = operator.attrgetter(*_ROW_COLUMNS)
-    labels_at = list(_ROW_COLUMNS).index("labels")
-    columns = ", ".join(_ROW_COLUMNS.values())
-    with _atomic(conn):
-        _prepare_staging(conn)
-        with conn.cursor() as cur:
-            with cur.copy(f"COPY {_STAGING} ({columns}) FROM STDIN".encode()) as copy:
-                # Key order: concurrent writers then lock conflicting rows in the same order
-                # and cannot deadlock each other.
-                for key in sorted(batch):
-                    row = batch[key]
-                    values = list(fields_of(row))
-                    values[labels_at] = Jsonb(dict(row.labels))
-                    copy.write_row(values)
-            cur.execute(_upsert_sql(_STAGING, "%s", ""), (pricebook_id, currency, finalized))
-            return cur.rowcount
 
 
 def _upsert_sql(source: str, finalized: str, order: str) -> bytes:
@@ -332,17 +247,6 @@ def _atomic(conn: psycopg.Connection[Any]) -> Iterator[None]:
         yield
 
 
-def _prepare_staging(conn: psycopg.Connection[Any]) -> None:
-    """An empty session temp table shaped like the allocation columns (created once)."""
-    conn.execute(
-        f"""
-        CREATE TEMP TABLE IF NOT EXISTS {_STAGING} ON COMMIT DELETE ROWS AS
-        SELECT {", ".join(_ROW_COLUMNS.values())} FROM provider_allocations WITH NO DATA
-        """.encode()
-    )
-    conn.execute(f"TRUNCATE {_STAGING}".encode())
-
-
 def finalize_before(conn: psycopg.Connection[Any], *, cluster: str, before: dt.datetime) -> int:
     """Mark every non-finalized row of hours before `before` finalized; return the count."""
     _require_aware(before, "before")
@@ -380,39 +284,6 @@ def allocation_boundary(conn: psycopg.Connection[Any], *, cluster: str) -> dt.da
         (cluster,),
     ).fetchone()
     return None if row is None or row[0] is None else _utc(row[0])
-
-
-def read(
-    conn: psycopg.Connection[Any],
-    *,
-    cluster: str,
-    start: dt.datetime,
-    end: dt.datetime,
-    namespaces: Collection[str] | None = None,
-) -> list[StoredAllocation]:
-    """Rows of hours in [start, end), optionally only these namespaces, in key order."""
-    _require_aware(start, "start")
-    _require_aware(end, "end")
-    columns = ", ".join(_ROW_COLUMNS.values())
-    query = f"""
-        SELECT {columns}, pricebook_id, currency, is_finalized FROM provider_allocations
-        WHERE cluster = %s AND hour >= %s AND hour < %s
-    """
-    params: list[object] = [cluster, start, end]
-    if namespaces is not None:
-        query += " AND namespace = ANY(%s)"
-        params.append(list(namespaces))
-    query += f" ORDER BY {', '.join(_KEY)}"
-    result: list[StoredAllocation] = []
-    fields = list(_ROW_COLUMNS)
-    for record in conn.execute(query.encode(), params).fetchall():
-        values = dict(zip(fields, record[: len(fields)], strict=True))
-        for key in ("hour", "start", "end"):
-            values[key] = _utc(values[key])
-        row = allocation.AllocationRow(**values)
-        pricebook_id, currency, is_finalized = record[len(fields) :]
-        result.append(StoredAllocation(row, int(pricebook_id), currency, bool(is_finalized)))
-    return result
 
 
 def _utc(value: dt.datetime) -> dt.datetime:

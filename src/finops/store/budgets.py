@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from finops.api import models
 from finops.collection import budgets
 
 FEE_SOURCE = "subscription"
@@ -66,7 +67,7 @@ def crossings(
     ).fetchall()
     return [
         budgets.Crossing(
-            str(uid), _utc(start), int(percent), budgets.Basis(basis), _utc(at), int(value),
+            str(uid), _utc(start), int(percent), models.ThresholdBasis(basis), _utc(at), int(value),
             int(amount), bool(posted),
         )
         for uid, start, percent, basis, at, value, amount, posted in rows

@@ -8,8 +8,8 @@ per (Subscription, hour) with the run's meters side by side (a grouping per mete
 fifth more), and rounds once per charge row, half to even (`finops_half_even`, migration
 0003). The rare rows a Subscription's active interval trims for `pvGbHour` / `networkGb`
 have shares that are not finite decimals; they are summed as exact fractions
-(`finops_fraction_sum`). The result must equal `finops.billing.usage.usage_charges` (the
-`Fraction` oracle) to the micro: a property test holds both to it.
+(`finops_fraction_sum`). The result must equal `tests/oracle/usage.py` (the exact Python
+oracle) to the micro: a property test holds both to it.
 
 One unit of work (the caller's transaction), under an advisory lock that serialises the
 cluster's charge writes: the run's tables go to temporary tables by binary COPY
@@ -34,8 +34,6 @@ from finops.billing import usage
 from finops.collection import charge_plan
 from finops.store import charges
 
-GIB = usage.GIB
-MICROSECONDS_PER_HOUR = usage.MICROSECONDS_PER_HOUR
 QUANTITY_PLACES = 12
 WORK_MEM = "256MB"
 """Memory for the run's sums (one hash entry per Subscription-hour): spilling them to disk
@@ -43,7 +41,7 @@ costs more than the whole aggregate."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Written:
+class WriteCounts:
     """What one write did."""
 
     written: int
@@ -175,7 +173,7 @@ def _copy_fees(
     return len(fresh)
 
 
-# The finest aggregation of each hour of the usage windows (as `charge_inputs._FINEST`).
+# The finest aggregation of each hour of the usage windows (most dimensions, then by name).
 _LEVELS = """
     INSERT INTO charge_levels
     WITH bounds AS (
@@ -279,7 +277,7 @@ _SIGNALS = {
 class _Meter:
     """How the aggregate prices one meter: the span signal it reads, its PriceBook rate,
     whether a trimmed span's share of it is an exact fraction (the per-row meters), and the
-    parameter holding its fixed denominator (`usage._DENOMINATOR`)."""
+    parameter holding its fixed denominator (as the oracle in `tests/oracle/usage.py` keeps it)."""
 
     signal: str
     rate: str
@@ -295,7 +293,7 @@ _METERS = {
     "networkGb": _Meter("net", "network_gib_micros", True, "gib"),
 }
 
-# Coverage of each span as `usage._coverage` measures it, in microseconds (epochs are exact
+# Coverage of each span as the usage rules measure it, in microseconds (epochs are exact
 # numerics); `w` weighs the per-hour meters (an instant row weighs nothing); spans with no
 # part in the active interval are not billed. The test is a CASE (len is never negative), not
 # `(len > 0 AND cov > 0) OR (len = 0 AND instant_in)`: from that OR the planner derived a
@@ -567,9 +565,9 @@ def _params(
         "boundary": boundary,
         "fee_currency": tables.fee_currency,
         "places": 10**QUANTITY_PLACES,
-        "per_hour": MICROSECONDS_PER_HOUR,
-        "per_hour_gib": MICROSECONDS_PER_HOUR * GIB,
-        "gib": GIB,
+        "per_hour": usage.MICROSECONDS_PER_HOUR,
+        "per_hour_gib": usage.MICROSECONDS_PER_HOUR * usage.GIB,
+        "gib": usage.GIB,
         "lock": LOCK_CLASS,
     }
 
@@ -613,11 +611,11 @@ def write(
     tables: charge_plan.Tables,
     scheduled: dt.datetime,
     boundary: dt.datetime | None,
-) -> Written:
+) -> WriteCounts:
     """Write every charge row of the run (in the caller's transaction): a fresh
     Subscription's rows straight into the ledger, the others' staged and merged."""
     if not tables.subscriptions:
-        return Written(0, 0, 0)
+        return WriteCounts(0, 0, 0)
     params = _prepare(conn, cluster, tables, scheduled, boundary)
     fresh = conn.execute(_FRESH.encode(), params).fetchall()
     touched = {str(uid) for uid, is_fresh in fresh if not is_fresh}
@@ -640,7 +638,7 @@ def write(
     if touched:
         merged, deleted = _merge(conn, params)
         written += merged
-    return Written(written, deleted, usage_rows)
+    return WriteCounts(written, deleted, usage_rows)
 
 
 def stage(

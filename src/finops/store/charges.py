@@ -9,15 +9,10 @@ rewritten and may be promoted to finalized. Functions run in the caller's transa
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import psycopg
-
-from finops.collection import charge_plan
-
-SOURCES = ("subscription", "cpuHour", "gpuHour", "ramGbHour", "pvGbHour", "networkGb")
-"""Charge sources: the recurring fee, then the five usage meters (same names as the API)."""
 
 COLUMNS = (
     "cluster",
@@ -35,70 +30,9 @@ COLUMNS = (
     "covers_start",
     "covers_end",
 )
-_TYPES = (
-    "text",
-    "text",
-    "timestamptz",
-    "text",
-    "numeric",
-    "bigint",
-    "bigint",
-    "text",
-    "boolean",
-    "bigint",
-    "bigint",
-    "bigint",
-    "timestamptz",
-    "timestamptz",
-)
 _KEY = ("cluster", "subscription_uid", "hour", "source")
 UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
 """The columns a replayed charge row may change (everything but its idempotency key)."""
-
-
-Charge = charge_plan.ChargeRow
-"""One row of `subscription_charges` (defined with the pure charge plan that assembles it)."""
-
-
-def upsert(conn: psycopg.Connection[Any], charges: Iterable[Charge]) -> int:
-    """Write charge rows in one statement; return how many rows were inserted or changed.
-
-    Rows sharing a key within the batch collapse to the last one. Finalized rows in the
-    table are never changed; identical rows are not rewritten.
-    """
-    batch: dict[tuple[str, str, dt.datetime, str], Charge] = {}
-    for charge in charges:
-        if charge.hour.tzinfo is None or charge.hour.utcoffset() is None:
-            raise ValueError(f"Charge.hour must be timezone-aware, got {charge.hour!r}")
-        if charge.source not in SOURCES:
-            raise ValueError(f"unknown charge source {charge.source!r}")
-        key = (
-            charge.cluster,
-            charge.subscription_uid,
-            charge.hour.astimezone(dt.UTC),
-            charge.source,
-        )
-        batch[key] = charge
-    if not batch:
-        return 0
-    # Key order: concurrent writers lock conflicting rows in the same order (no deadlock).
-    ordered = [batch[k] for k in sorted(batch)]
-    arrays = [[getattr(c, name) for c in ordered] for name in COLUMNS]
-    unnest = ", ".join(f"%s::{t}[]" for t in _TYPES)
-    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in UPDATED)
-    mine = ", ".join(f"subscription_charges.{c}" for c in UPDATED)
-    theirs = ", ".join(f"EXCLUDED.{c}" for c in UPDATED)
-    cur = conn.execute(
-        f"""
-        INSERT INTO subscription_charges ({", ".join(COLUMNS)})
-        SELECT * FROM unnest({unnest})
-        ON CONFLICT ({", ".join(_KEY)}) DO UPDATE SET {assignments}
-        WHERE NOT subscription_charges.finalized
-          AND ({mine}) IS DISTINCT FROM ({theirs})
-        """.encode(),
-        arrays,
-    )
-    return cur.rowcount
 
 
 # The watermarks without reading every fee row since the bound (that grew with the ledger's
@@ -199,47 +133,6 @@ def watermarks(
     return {str(uid): hour.astimezone(dt.UTC) for uid, hour in rows}
 
 
-def watermark(
-    conn: psycopg.Connection[Any], *, cluster: str, subscription_uid: str
-) -> dt.datetime | None:
-    """`watermarks` for one Subscription; None when nothing is finalized yet."""
-    return watermarks(conn, cluster=cluster, subscription_uids=[subscription_uid]).get(
-        subscription_uid
-    )
-
-
-def sums(
-    conn: psycopg.Connection[Any],
-    *,
-    cluster: str,
-    subscription_uids: Collection[str],
-    start: dt.datetime,
-    end: dt.datetime,
-) -> dict[str, dict[str, int]]:
-    """Micros charged per Subscription and source over hours in [start, end).
-
-    Finalized and in-progress rows both count. Sources with no rows are absent, as are
-    Subscriptions with none. The charge run reads its buckets' `current` through
-    `window_sums`, several windows in one query; this one-window form is what tests hold
-    it to.
-    """
-    for value, what in ((start, "start"), (end, "end")):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
-    rows = conn.execute(
-        """
-        SELECT subscription_uid, source, sum(amount_micros) FROM subscription_charges
-        WHERE cluster = %s AND subscription_uid = ANY(%b) AND hour >= %s AND hour < %s
-        GROUP BY subscription_uid, source
-        """,
-        (cluster, list(subscription_uids), start, end),
-    ).fetchall()
-    result: dict[str, dict[str, int]] = {}
-    for uid, source, total in rows:
-        result.setdefault(str(uid), {})[str(source)] = int(total)
-    return result
-
-
 def window_sums(
     conn: psycopg.Connection[Any],
     *,
@@ -323,50 +216,3 @@ def month_to_day_sums(
         if total:
             result.setdefault(str(uid), {})[str(source)] = int(total)
     return result
-
-
-def sums_by_tenant(
-    conn: psycopg.Connection[Any], *, cluster: str, start: dt.datetime, end: dt.datetime
-) -> dict[str | None, dict[str, int]]:
-    """Micros per `stakater.com/tenant` label and source over hours in [start, end).
-
-    Each charge counts under the tenant its Subscription's namespace carried in the version
-    that priced it; None collects charges from unlabelled namespaces.
-    """
-    rows = conn.execute(
-        """
-        SELECT v.namespace_labels ->> 'stakater.com/tenant', c.source, sum(c.amount_micros)
-        FROM subscription_charges c
-        JOIN subscription_versions v ON v.id = c.subscription_version_id
-        WHERE c.cluster = %s AND c.hour >= %s AND c.hour < %s
-        GROUP BY 1, 2
-        """,
-        (cluster, start, end),
-    ).fetchall()
-    result: dict[str | None, dict[str, int]] = {}
-    for tenant, source, total in rows:
-        result.setdefault(tenant, {})[str(source)] = int(total)
-    return result
-
-
-def sums_for_tenant(
-    conn: psycopg.Connection[Any],
-    *,
-    cluster: str,
-    tenant: str,
-    start: dt.datetime,
-    end: dt.datetime,
-) -> dict[str, int]:
-    """Micros per source charged to one tenant over [start, end) (uses the tenant index)."""
-    rows = conn.execute(
-        """
-        SELECT c.source, sum(c.amount_micros)
-        FROM subscription_versions v
-        JOIN subscription_charges c ON c.subscription_version_id = v.id
-        WHERE v.namespace_labels ->> 'stakater.com/tenant' = %s
-          AND c.cluster = %s AND c.hour >= %s AND c.hour < %s
-        GROUP BY c.source
-        """,
-        (tenant, cluster, start, end),
-    ).fetchall()
-    return {str(source): int(total) for source, total in rows}

@@ -102,7 +102,7 @@ def _charge(record: tuple[Any, ...]) -> focus.LedgerCharge:
         subscription_labels=_strings(own),
         offering_namespace=str(off_ns),
         offering_uid=str(off_uid),
-        offering_spec=cast(bodies.OfferingSpec, spec or {}),
+        offering_spec=cast(bodies.OfferingSpecBody, spec or {}),
         price_list=book,
         covers=None if lo is None else (lo.astimezone(dt.UTC), hi.astimezone(dt.UTC)),
         booking=booking,

@@ -39,7 +39,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-MIGRATION_DIR_ENV = "FINOPS_MIGRATION_DIR"
+from finops.api import environment
 
 LOCK_KEY = int.from_bytes(
     hashlib.sha256(b"finops.schema_migrations").digest()[:8], "big", signed=True
@@ -115,7 +115,7 @@ class Step:
 def migration_dir(environ: Mapping[str, str] | None = None) -> Traversable:
     """`FINOPS_MIGRATION_DIR` when set and non-empty, else the files shipped in the package."""
     env = os.environ if environ is None else environ
-    override = env.get(MIGRATION_DIR_ENV, "")
+    override = env.get(environment.Env.FINOPS_MIGRATION_DIR, "")
     if override:
         return pathlib.Path(override)
     return importlib.resources.files("finops.store") / "migrations"
@@ -190,14 +190,6 @@ def _lock(conn: psycopg.Connection[Any]) -> None:
             return
         time.sleep(delay)
         delay = min(delay * 2, 1.0)
-
-
-def applied_versions(conn: psycopg.Connection[Any]) -> list[int]:
-    """Versions recorded in `schema_migrations`, ascending (empty before the first run)."""
-    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
-    if not exists or not exists[0]:
-        return []
-    return sorted(_applied(conn))
 
 
 def _applied(conn: psycopg.Connection[Any]) -> dict[int, str]:

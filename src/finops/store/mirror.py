@@ -25,7 +25,7 @@ def upsert_offering_version(
     name: str,
     generation: int,
     resource_version: str,
-    spec: Mapping[str, Any],
+    spec: Mapping[str, object],
 ) -> int:
     """Id of the mirror row for this Offering version, inserting it the first time."""
     inserted = conn.execute(
@@ -58,7 +58,7 @@ def upsert_subscription_version(
     name: str,
     generation: int,
     resource_version: str,
-    spec: Mapping[str, Any],
+    spec: Mapping[str, object],
     namespace_labels: Mapping[str, str],
     subscription_labels: Mapping[str, str] | None = None,
 ) -> int:

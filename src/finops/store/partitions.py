@@ -23,8 +23,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-RETENTION_MONTHS_ENV = "FINOPS_LEDGER_RETENTION_MONTHS"
-RETENTION_ACTION_ENV = "FINOPS_LEDGER_RETENTION_ACTION"
+from finops.api import environment
 
 _PARTITION = re.compile(r"^subscription_charges_y(\d{4})m(\d{2})$")
 
@@ -50,22 +49,23 @@ class Retention:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Retention:
         """Parse the two settings; empty or unset months keeps everything."""
-        raw = env.get(RETENTION_MONTHS_ENV, "").strip()
+        months_name = environment.Env.FINOPS_LEDGER_RETENTION_MONTHS
+        action_name = environment.Env.FINOPS_LEDGER_RETENTION_ACTION
+        raw = env.get(months_name, "").strip()
         months = None
         if raw:
             if not raw.isdigit() or int(raw) < 1:
                 raise SettingsError(
-                    f"{RETENTION_MONTHS_ENV} must be a whole number of months (1 or more), "
-                    f"got {raw!r}"
+                    f"{months_name} must be a whole number of months (1 or more), got {raw!r}"
                 )
             months = int(raw)
-        action_raw = env.get(RETENTION_ACTION_ENV, "").strip() or Action.DETACH.value
+        action_raw = env.get(action_name, "").strip() or Action.DETACH.value
         try:
             action = Action(action_raw)
         except ValueError:
+            choices = ", ".join(a.value for a in Action)
             raise SettingsError(
-                f"{RETENTION_ACTION_ENV} must be one of {', '.join(a.value for a in Action)}, "
-                f"got {action_raw!r}"
+                f"{action_name} must be one of {choices}, got {action_raw!r}"
             ) from None
         return cls(months, action)
 

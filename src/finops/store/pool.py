@@ -20,16 +20,16 @@ import psycopg
 import psycopg_pool
 from psycopg import conninfo
 
+from finops.api import environment
 from finops.store import migrate
 
 Connection: TypeAlias = psycopg.Connection[Any]
 Pool: TypeAlias = psycopg_pool.ConnectionPool[Any]
-PoolTimeout = psycopg_pool.PoolTimeout
-"""No pooled connection came free in time (callers catch it without importing the driver)."""
+BUSY: tuple[type[Exception], ...] = (psycopg_pool.PoolTimeout,)
+"""What a read raises when the pool had no free connection in time (callers outside the store
+catch these without importing the pool library)."""
 T = TypeVar("T")
 
-DSN_ENV = "POSTGRES_CONNECTION_STRING"
-CLUSTER_ENV = "CLUSTER_ID"
 DEFAULT_CLUSTER = "default"
 
 _REDACTED = "********"
@@ -84,15 +84,18 @@ class LedgerUnavailable(LedgerError):
 def cluster_id(environ: Mapping[str, str] | None = None) -> str:
     """`CLUSTER_ID`, or `default` when unset or empty: stamped on every row we write."""
     env = os.environ if environ is None else environ
-    return env.get(CLUSTER_ENV, "") or DEFAULT_CLUSTER
+    return env.get(environment.Env.CLUSTER_ID, "") or DEFAULT_CLUSTER
 
 
 def dsn_from_env(environ: Mapping[str, str] | None = None) -> str:
     """The DSN in `POSTGRES_CONNECTION_STRING`; a clear error when it is missing or empty."""
     env = os.environ if environ is None else environ
-    dsn = env.get(DSN_ENV, "").strip()
+    dsn = env.get(environment.Env.POSTGRES_CONNECTION_STRING, "").strip()
     if not dsn:
-        raise LedgerConnectionError(f"{DSN_ENV} is not set; it must hold the PostgreSQL DSN")
+        raise LedgerConnectionError(
+            f"{environment.Env.POSTGRES_CONNECTION_STRING} is not set; "
+            "it must hold the PostgreSQL DSN"
+        )
     return dsn
 
 

@@ -3,7 +3,7 @@
 Why: a job that writes several statements must leave the ledger either fully updated or
 untouched. With psycopg's own `conn.transaction()` leaving the block commits; here leaving it
 commits only when the caller said `commit()`, so a forgotten commit or an early return can
-never publish half a write. Callers outside `finops.store` hold a `Connection` (an alias, so
+never publish half a write. Callers outside `finops.store` hold a `pool.Connection` (an alias, so
 they never import the driver) and pass it to the store's functions.
 
 Jobs open one `session`: an autocommit connection with the migrations applied, on which each
@@ -20,13 +20,11 @@ import psycopg
 
 from finops.store import migrate, pool
 
-Connection = pool.Connection
-
 
 class UnitOfWork:
     """The statements of one `begin()` block; `commit()` keeps them when the block ends."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: pool.Connection) -> None:
         self.conn = conn
         self.committed = False
 
@@ -36,7 +34,7 @@ class UnitOfWork:
 
 
 @contextlib.contextmanager
-def begin(conn: Connection) -> Iterator[UnitOfWork]:
+def begin(conn: pool.Connection) -> Iterator[UnitOfWork]:
     """One transaction on `conn`: committed at the end of the block only after `commit()`;
     rolled back on an exception or when the block ends without `commit()`."""
     with conn.transaction() as tx:
@@ -46,14 +44,14 @@ def begin(conn: Connection) -> Iterator[UnitOfWork]:
             raise psycopg.Rollback(tx)
 
 
-def connect(dsn: str, *, connect_timeout: int = 10) -> Connection:
+def connect(dsn: str, *, connect_timeout: int = 10) -> pool.Connection:
     """An autocommit connection (the caller closes it); errors reaching the server raise
     `pool.LedgerConnectionError` without the password."""
     return pool.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
 
 
 @contextlib.contextmanager
-def session(dsn: str, *, connect_timeout: int = 10) -> Iterator[Connection]:
+def session(dsn: str, *, connect_timeout: int = 10) -> Iterator[pool.Connection]:
     """An autocommit connection for one job run, migrations applied; closed at the end."""
     with connect(dsn, connect_timeout=connect_timeout) as conn:
         migrate.apply(conn)

@@ -36,13 +36,13 @@ def _wire_keys(model: type[BaseModel]) -> tuple[set[str], set[str]]:
 
 
 def test_every_model_has_a_typed_dict() -> None:
-    missing = [m.__name__ for m in _models() if not hasattr(bodies, m.__name__)]
+    missing = [m.__name__ for m in _models() if not hasattr(bodies, m.__name__ + "Body")]
     assert missing == []
 
 
 @pytest.mark.parametrize("model", _models(), ids=lambda m: m.__name__)
 def test_keys_agree_with_the_model(model: type[BaseModel]) -> None:
-    typed = getattr(bodies, model.__name__)
+    typed = getattr(bodies, model.__name__ + "Body")
     every, required = _wire_keys(model)
     keys = set(typed.__required_keys__) | set(typed.__optional_keys__)
     assert keys == every | EXTRAS.get(model.__name__, set())
@@ -51,7 +51,7 @@ def test_keys_agree_with_the_model(model: type[BaseModel]) -> None:
 
 @pytest.mark.parametrize("kind", models.KINDS, ids=lambda k: k.kind_name)
 def test_kinds_extend_object(kind: type[BaseModel]) -> None:
-    typed = getattr(bodies, kind.__name__)
+    typed = getattr(bodies, kind.__name__ + "Body")
     assert typing.is_typeddict(typed)
     assert set(bodies.Object.__optional_keys__) <= set(typed.__optional_keys__)
 
@@ -59,7 +59,7 @@ def test_kinds_extend_object(kind: type[BaseModel]) -> None:
 def test_a_drifted_key_is_caught() -> None:
     """The comparison can fail: a renamed key differs from the model's alias."""
 
-    class Drifted(bodies.ObjectReference, total=False):
+    class Drifted(bodies.ObjectReferenceBody, total=False):
         namespaceName: str
 
     keys = set(Drifted.__required_keys__) | set(Drifted.__optional_keys__)

@@ -9,8 +9,10 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.oracle import usage as oracle_usage
 
-from finops.billing import buckets, fees, money, ticks, usage
+from finops.api import models
+from finops.billing import buckets, fees, money, ticks
 
 UTC = dt.UTC
 
@@ -79,9 +81,9 @@ class TestWindows:
     def test_windows_are_the_scheduled_hour_its_utc_day_and_its_calendar_month(self) -> None:
         got = buckets.windows(at("2028-02-29T13:42:00Z"))
         assert got == [
-            (buckets.Granularity.HOUR, at("2028-02-29T13:00:00Z"), at("2028-02-29T14:00:00Z")),
-            (buckets.Granularity.DAY, at("2028-02-29T00:00:00Z"), at("2028-03-01T00:00:00Z")),
-            (buckets.Granularity.MONTH, at("2028-02-01T00:00:00Z"), at("2028-03-01T00:00:00Z")),
+            (models.Granularity.HOUR, at("2028-02-29T13:00:00Z"), at("2028-02-29T14:00:00Z")),
+            (models.Granularity.DAY, at("2028-02-29T00:00:00Z"), at("2028-03-01T00:00:00Z")),
+            (models.Granularity.MONTH, at("2028-02-01T00:00:00Z"), at("2028-03-01T00:00:00Z")),
         ]
 
     def test_december_rolls_into_the_next_year(self) -> None:
@@ -125,8 +127,8 @@ class TestUsage:
         assert [m.name for m in day.breakdown] == ["subscription", "cpuHour", "ramGbHour"]
 
     def test_charges_from_the_usage_calculator_can_be_passed_directly(self) -> None:
-        charge = usage.UsageCharge(
-            self.SCHEDULED, usage.Meter.GPU_HOUR, Fraction(1), Fraction(9), money.Micros(9), 1
+        charge = oracle_usage.UsageCharge(
+            self.SCHEDULED, models.MeterName.GPU_HOUR, Fraction(1), Fraction(9), money.Micros(9), 1
         )
         (hour, _, _) = buckets.build(self.SCHEDULED, None, [charge])
         assert hour.current == 9
@@ -145,7 +147,7 @@ class TestUsage:
 
 
 SPECS = st.builds(
-    lambda price, terms: fees.FeeSpec(price, ticks.TickAlignment(terms[0]), terms[1]),
+    lambda price, terms: fees.FeeSpec(price, models.TickAlignment(terms[0]), terms[1]),
     st.integers(1, 10**10),
     st.sampled_from(
         [

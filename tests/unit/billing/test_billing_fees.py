@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from finops.api import models
 from finops.billing import fees, ticks
 
 UTC = dt.UTC
@@ -115,7 +116,7 @@ class TestReadingTheFeeBlock:
 
     def test_the_fee_block_is_read_from_an_offering_spec(self) -> None:
         spec = fees.FeeSpec.from_offering_spec({"pricing": {"subscriptionFee": QUICK_START}})
-        assert spec == fees.FeeSpec(40_000_000, ticks.TickAlignment.ACTIVATED_AT, "1h")
+        assert spec == fees.FeeSpec(40_000_000, models.TickAlignment.ACTIVATED_AT, "1h")
         assert fees.FeeSpec(40_000_000, "ActivatedAt", "1h") == spec  # type: ignore[arg-type]
 
     @pytest.mark.parametrize(
@@ -151,7 +152,7 @@ class TestReadingTheFeeBlock:
 # ---------------------------------------------------------------- properties
 
 SPECS = st.builds(
-    lambda price, terms: fees.FeeSpec(price, ticks.TickAlignment(terms[0]), terms[1]),
+    lambda price, terms: fees.FeeSpec(price, models.TickAlignment(terms[0]), terms[1]),
     st.integers(1, 10**12),
     st.one_of(
         st.tuples(st.just("ActivatedAt"), st.integers(1, 7200).map(lambda n: f"{n}s")),
@@ -327,7 +328,7 @@ def test_hourly_spans_name_the_service_each_hours_ticks_pay_for(
 ) -> None:
     """Each fee row's span runs from the boundary before its ticks (activation for the
     opening one) to its last boundary, and the batch form agrees with `covered` hour by hour."""
-    spec = fees.FeeSpec(1_000_000, ticks.TickAlignment(alignment), period)
+    spec = fees.FeeSpec(1_000_000, models.TickAlignment(alignment), period)
     activated = dt.datetime(2026, 1, 30, 21, 17, tzinfo=dt.UTC)
     schedule = spec.schedule(activated, activated + dt.timedelta(days=40))
     start = dt.datetime(2026, 1, 30, 21, tzinfo=dt.UTC)

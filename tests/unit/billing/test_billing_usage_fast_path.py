@@ -16,7 +16,9 @@ from fractions import Fraction
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.oracle import usage as oracle_usage
 
+from finops.api import models
 from finops.billing import allocation, money, sources, ticks, usage
 
 UTC = dt.UTC
@@ -32,27 +34,27 @@ class _Exact:
 
 def oracle(
     pricing: usage.UsagePricing,
-    usage_sources: Sequence[sources.UsageSource],
-    rows: Iterable[usage.PricedRow],
+    usage_sources: Sequence[sources.SourceFilter],
+    rows: Iterable[oracle_usage.PricedRow],
     interval: usage.ActiveInterval,
-) -> list[tuple[dt.datetime, usage.Meter, Fraction, Fraction, int, int, Decimal, int]]:
+) -> list[tuple[dt.datetime, models.MeterName, Fraction, Fraction, int, int, Decimal, int]]:
     """Per (hour, meter): quantity, amount, rounded amount, rows, stored quantity, unit
     price, all through `Fraction` and the `money` helpers."""
     if not usage_sources or not pricing:
         return []
-    totals: dict[tuple[dt.datetime, usage.Meter], _Exact] = {}
+    totals: dict[tuple[dt.datetime, models.MeterName], _Exact] = {}
     for priced in rows:
         row = priced.row
-        if priced.rates is None or not sources.matches_any(usage_sources, row):
+        if priced.rates is None or not oracle_usage.matches_any(usage_sources, row):
             continue
-        share = usage.RowShare.of(row, interval)
+        share = oracle_usage.RowShare.of(row, interval)
         if share is None:
             continue
         for entry in pricing.meters:
             rate = priced.rates.for_meter(entry.meter)
             if rate <= 0:
                 continue
-            quantity = usage.meter_quantity(entry.meter, row, share)
+            quantity = oracle_usage.meter_quantity(entry.meter, row, share)
             acc = totals.setdefault((ticks.utc(row.hour), entry.meter), _Exact())
             acc.quantity += quantity
             acc.amount += quantity * entry.margin.apply(rate)
@@ -84,10 +86,10 @@ def oracle(
 
 def fast(
     pricing: usage.UsagePricing,
-    usage_sources: Sequence[sources.UsageSource],
-    rows: Iterable[usage.PricedRow],
+    usage_sources: Sequence[sources.SourceFilter],
+    rows: Iterable[oracle_usage.PricedRow],
     interval: usage.ActiveInterval,
-) -> list[tuple[dt.datetime, usage.Meter, Fraction, Fraction, int, int, Decimal, int]]:
+) -> list[tuple[dt.datetime, models.MeterName, Fraction, Fraction, int, int, Decimal, int]]:
     return [
         (
             c.hour,
@@ -99,7 +101,7 @@ def fast(
             c.quantity_decimal(12),
             c.unit_price_micros(),
         )
-        for c in usage.usage_charges(pricing, usage_sources, rows, interval)
+        for c in oracle_usage.usage_charges(pricing, usage_sources, rows, interval)
     ]
 
 
@@ -121,7 +123,7 @@ def minutes() -> st.SearchStrategy[dt.timedelta]:
 
 
 @st.composite
-def allocation_rows(draw: st.DrawFn) -> usage.PricedRow:
+def allocation_rows(draw: st.DrawFn) -> oracle_usage.PricedRow:
     hour = H0 + dt.timedelta(hours=draw(st.integers(0, 3)))
     start = hour + draw(minutes())
     end = start + draw(minutes())
@@ -150,7 +152,7 @@ def allocation_rows(draw: st.DrawFn) -> usage.PricedRow:
             st.builds(usage.Rates, rate, rate, rate, rate, rate),
         )
     )
-    return usage.PricedRow(row, rates)
+    return oracle_usage.PricedRow(row, rates)
 
 
 margins = st.one_of(
@@ -168,9 +170,9 @@ pricings = st.builds(
 )
 source_sets = st.sampled_from(
     [
-        (sources.UsageSource(namespace="a"),),
-        (sources.UsageSource(namespace="a"), sources.UsageSource(namespace="b")),
-        (sources.UsageSource(resource_type="Deployment", name="web"),),
+        (sources.SourceFilter(namespace="a"),),
+        (sources.SourceFilter(namespace="a"), sources.SourceFilter(namespace="b")),
+        (sources.SourceFilter(resource_type="Deployment", name="web"),),
     ]
 )
 
@@ -184,9 +186,9 @@ source_sets = st.sampled_from(
     lasts=st.one_of(st.none(), st.builds(lambda m: dt.timedelta(minutes=m), st.integers(0, 300))),
 )
 def test_the_fast_path_equals_per_row_fractions_to_the_last_digit(
-    rows: list[usage.PricedRow],
+    rows: list[oracle_usage.PricedRow],
     pricing: usage.UsagePricing,
-    selected: tuple[sources.UsageSource, ...],
+    selected: tuple[sources.SourceFilter, ...],
     activated: dt.datetime,
     lasts: dt.timedelta | None,
 ) -> None:
@@ -206,15 +208,15 @@ def test_an_instant_row_bills_its_whole_volume_but_no_time() -> None:
         cpu_core_usage_average=Decimal("2.5"),
         pv_byte_hours=Decimal(2**31),
     )
-    rows = [usage.PricedRow(instant, usage.Rates(cpu_hour=10, pv_gb_hour=7))]
+    rows = [oracle_usage.PricedRow(instant, usage.Rates(cpu_hour=10, pv_gb_hour=7))]
     pricing = usage.UsagePricing(
-        (usage.MeterPrice(usage.Meter.CPU_HOUR), usage.MeterPrice(usage.Meter.PV_GB_HOUR))
+        (usage.MeterPrice(models.MeterName.CPU_HOUR), usage.MeterPrice(models.MeterName.PV_GB_HOUR))
     )
-    selected = (sources.UsageSource(namespace="a"),)
+    selected = (sources.SourceFilter(namespace="a"),)
     interval = usage.ActiveInterval(H0)
     result = fast(pricing, selected, rows, interval)
     assert result == oracle(pricing, selected, rows, interval)
     assert [(r[1], r[2]) for r in result] == [
-        (usage.Meter.CPU_HOUR, Fraction(0)),
-        (usage.Meter.PV_GB_HOUR, Fraction(2)),
+        (models.MeterName.CPU_HOUR, Fraction(0)),
+        (models.MeterName.PV_GB_HOUR, Fraction(2)),
     ]

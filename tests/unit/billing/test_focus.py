@@ -12,7 +12,9 @@ from decimal import Decimal
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given
+from tests.oracle import focus_columns
 
+from finops.api import models
 from finops.billing import focus, periods
 
 H = dt.datetime(2026, 12, 31, 23, tzinfo=dt.UTC)
@@ -135,7 +137,7 @@ def test_every_mandatory_column_is_there_with_the_spec_type_nullability_and_valu
 @pytest.mark.parametrize("make", [fee, charge])
 def test_rows_break_no_rule_of_the_column_table(make: object) -> None:
     row = focus.row(make())  # type: ignore[operator]
-    assert focus.problems(row) == []
+    assert focus_columns.problems(row) == []
 
 
 def test_a_fee_is_a_recurring_purchase_and_a_meter_a_usage_based_usage() -> None:
@@ -190,7 +192,7 @@ def test_tags_merge_subscription_and_namespace_labels_the_namespace_wins_a_share
     assert focus.row(charge(subscription_labels=own))["Tags"] == tags
     alone = focus.row(charge(labels={}, subscription_labels={"app": "web", "note": ""}))
     assert alone["Tags"] == {"app": "web", "note": ""}
-    assert focus.problems(alone) == []
+    assert focus_columns.problems(alone) == []
     assert focus.text(alone["Tags"]) == '{"app":"web","note":""}'
 
 
@@ -205,7 +207,7 @@ def test_problems_names_what_breaks_the_table() -> None:
     row = focus.row(charge())
     broken = {**row, "ChargeCategory": "Discount", "BilledCost": None, "ListCost": "1.0"}
     del broken["Tags"]
-    assert sorted(focus.problems(broken)) == [
+    assert sorted(focus_columns.problems(broken)) == [
         "BilledCost: null, but the column does not allow nulls",
         "ChargeCategory: 'Discount' is not an allowed value",
         "ListCost: str, not Decimal",
@@ -330,7 +332,7 @@ def test_a_prorated_opening_tick_is_a_share_of_a_period_priced_exactly() -> None
     ],
 )
 def test_fee_units_name_the_period(alignment: str, period: str, unit: str) -> None:
-    spec = focus.fees.FeeSpec(1, focus.ticks.TickAlignment(alignment), period)
+    spec = focus.fees.FeeSpec(1, models.TickAlignment(alignment), period)
     assert focus.fee_unit(spec) == unit
 
 
@@ -368,4 +370,4 @@ def test_a_correction_is_billed_in_the_period_it_is_booked_in() -> None:
         "prod-eu", "team-a", march.start, "2026-12"
     )
     assert str(row["InvoiceId"]).startswith("INV-2027-01-")
-    assert focus.problems(row) == []
+    assert focus_columns.problems(row) == []

@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 
+from finops.api import environment
 from finops.billing import periods
 
 UTC = dt.UTC
@@ -34,7 +35,9 @@ class TestCalendar:
         assert (april.start, april.end, april.label) == (APRIL, MAY, "2026-04")
 
     def test_a_time_zone_moves_the_month_to_local_midnight_across_summer_time(self) -> None:
-        cal = periods.Calendar.from_env({periods.TIME_ZONE_ENV: "Europe/Amsterdam"})
+        cal = periods.Calendar.from_env(
+            {environment.Env.FINOPS_BILLING_TIME_ZONE: "Europe/Amsterdam"}
+        )
         march = cal.period_of(dt.datetime(2026, 3, 15, tzinfo=UTC), None)
         # CET (+1) at the start of March, CEST (+2) at the start of April.
         assert march.start == dt.datetime(2026, 2, 28, 23, tzinfo=UTC)
@@ -44,10 +47,13 @@ class TestCalendar:
     @pytest.mark.parametrize(
         ("env", "message"),
         [
-            ({periods.TIME_ZONE_ENV: "Mars/Olympus"}, "not a known IANA time zone"),
-            ({periods.TIME_ZONE_ENV: "Asia/Kolkata"}, "whole UTC hour"),
-            ({periods.GRACE_ENV: "1.5"}, "whole number of hours"),
-            ({periods.GRACE_ENV: "-2"}, "whole number of hours"),
+            (
+                {environment.Env.FINOPS_BILLING_TIME_ZONE: "Mars/Olympus"},
+                "not a known IANA time zone",
+            ),
+            ({environment.Env.FINOPS_BILLING_TIME_ZONE: "Asia/Kolkata"}, "whole UTC hour"),
+            ({environment.Env.FINOPS_PERIOD_GRACE_HOURS: "1.5"}, "whole number of hours"),
+            ({environment.Env.FINOPS_PERIOD_GRACE_HOURS: "-2"}, "whole number of hours"),
         ],
     )
     def test_a_setting_that_cannot_work_is_refused_by_name(

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from finops.api import bodies
+from finops.api import bodies, models
 from finops.billing import fees, forecast, usage
 from finops.collection import budgets
 
@@ -23,7 +23,7 @@ def at(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
 
-def budget(**spec: Any) -> bodies.Budget:
+def budget(**spec: Any) -> bodies.BudgetBody:
     body: dict[str, Any] = {
         "apiVersion": "finops.stakater.com/v1alpha1",
         "kind": "Budget",
@@ -53,10 +53,10 @@ class TestPeriods:
     def test_a_period_is_the_utc_calendar_period_holding_the_hour(
         self, period: str, t: str, start: str, end: str
     ) -> None:
-        assert budgets.period_bounds(budgets.Period(period), at(t)) == (at(start), at(end))
+        assert budgets.period_bounds(models.BudgetPeriod(period), at(t)) == (at(start), at(end))
 
     @given(
-        st.sampled_from(list(budgets.Period)),
+        st.sampled_from(list(models.BudgetPeriod)),
         st.datetimes(
             min_value=dt.datetime(2000, 1, 1),
             max_value=dt.datetime(2100, 1, 1),
@@ -64,7 +64,7 @@ class TestPeriods:
         ),
     )
     def test_periods_hold_the_instant_and_follow_each_other(
-        self, period: budgets.Period, t: dt.datetime
+        self, period: models.BudgetPeriod, t: dt.datetime
     ) -> None:
         start, end = budgets.period_bounds(period, t)
         assert start <= t < end
@@ -75,8 +75,8 @@ class TestPeriods:
 class TestSpec:
     def test_defaults_are_a_monthly_period_and_actual_thresholds(self) -> None:
         t = terms(thresholds=[{"percent": 80}])
-        assert (t.period, t.amount_micros, t.generation) == (budgets.Period.MONTHLY, 10**9, 3)
-        assert t.thresholds == (budgets.Threshold(80, budgets.Basis.ACTUAL),)
+        assert (t.period, t.amount_micros, t.generation) == (models.BudgetPeriod.MONTHLY, 10**9, 3)
+        assert t.thresholds == (budgets.Threshold(80, models.ThresholdBasis.ACTUAL),)
 
     def test_the_amount_is_parsed_exactly_into_micros(self) -> None:
         assert terms(amount="1500.125").amount_micros == 1_500_125_000
@@ -132,11 +132,11 @@ AT = at("2026-04-10T05:00:00Z")
 APRIL = (at("2026-04-01T00:00:00Z"), at("2026-05-01T00:00:00Z"))
 
 
-def candidates() -> list[budgets.Candidate]:
+def candidates() -> list[budgets.BudgetMember]:
     return [
-        budgets.Candidate("s-1", "apps", {"team": "ml"}),
-        budgets.Candidate("s-2", "apps", {"team": "web"}),
-        budgets.Candidate("s-3", "other", {"team": "ml"}),
+        budgets.BudgetMember("s-1", "apps", {"team": "ml"}),
+        budgets.BudgetMember("s-2", "apps", {"team": "web"}),
+        budgets.BudgetMember("s-3", "other", {"team": "ml"}),
     ]
 
 
@@ -172,7 +172,7 @@ def judged(
     recorded: list[budgets.Crossing] = (),  # type: ignore[assignment]
 ) -> budgets.Evaluation:
     plan = budgets.plan(terms(**spec), AT, candidates(), None)
-    return budgets.judge(plan, budgets.Ledger(spent, outlooks or [], "USD", recorded))
+    return budgets.judge(plan, budgets.LedgerTotals(spent, outlooks or [], "USD", recorded))
 
 
 def hourly_fee(price: int) -> forecast.Outlook:
@@ -208,33 +208,40 @@ class TestJudgement:
         assert [(c.percent, c.basis.value, c.value_micros) for c in ev.new] == [
             (100, "Forecast", 1_000_000_000)
         ]
-        assert ev.state is budgets.State.ON_TRACK  # reached, not exceeded
+        assert ev.state is models.BudgetState.ON_TRACK  # reached, not exceeded
 
     def test_states_go_from_on_track_to_forecast_exceeded_to_exceeded(self) -> None:
-        assert judged({}, {"USD": 10}).state is budgets.State.ON_TRACK
+        assert judged({}, {"USD": 10}).state is models.BudgetState.ON_TRACK
         over = judged({}, {"USD": 10}, [hourly_fee(3_000_000)])
-        assert over.state is budgets.State.FORECAST_EXCEEDED
-        assert judged({}, {"USD": 1_000_000_001}).state is budgets.State.EXCEEDED
+        assert over.state is models.BudgetState.FORECAST_EXCEEDED
+        assert judged({}, {"USD": 1_000_000_001}).state is models.BudgetState.EXCEEDED
 
     def test_a_recorded_crossing_is_not_crossed_again_and_keeps_its_hour(self) -> None:
         first = judged({"thresholds": THRESHOLDS}, {"USD": 600_000_000}).new[0]
         earlier = budgets.Crossing(
-            "b-1", APRIL[0], 50, budgets.Basis.ACTUAL, AT - 5 * HOUR, 500_000_000, 10**9, True
+            "b-1",
+            APRIL[0],
+            50,
+            models.ThresholdBasis.ACTUAL,
+            AT - 5 * HOUR,
+            500_000_000,
+            10**9,
+            True,
         )
         again = judged({"thresholds": THRESHOLDS}, {"USD": 900_000_000}, recorded=[earlier])
-        assert [(c.percent, c.basis) for c in again.new] == [(80, budgets.Basis.ACTUAL)]
+        assert [(c.percent, c.basis) for c in again.new] == [(80, models.ThresholdBasis.ACTUAL)]
         assert again.crossings[0] == earlier != first
 
     def test_a_crossing_of_an_earlier_period_does_not_count_for_this_one(self) -> None:
         march = budgets.Crossing(
-            "b-1", at("2026-03-01T00:00:00Z"), 50, budgets.Basis.ACTUAL, AT, 1, 10**9, True
+            "b-1", at("2026-03-01T00:00:00Z"), 50, models.ThresholdBasis.ACTUAL, AT, 1, 10**9, True
         )
         ev = judged({"thresholds": THRESHOLDS}, {"USD": 600_000_000}, recorded=[march])
         assert [c.percent for c in ev.new] == [50] and march not in ev.crossings
 
     def test_charges_in_another_currency_make_the_state_unknown_and_judge_nothing(self) -> None:
         ev = judged({"thresholds": THRESHOLDS}, {"USD": 900_000_000, "EUR": 5_000_000})
-        assert ev.state is budgets.State.UNKNOWN and ev.new == ()
+        assert ev.state is models.BudgetState.UNKNOWN and ev.new == ()
         exceeded, ahead = budgets.decided_conditions(ev)
         assert (exceeded.status, exceeded.reason) == ("Unknown", "CurrencyMismatch")
         assert "5.00 EUR" in exceeded.message and ahead.status == "Unknown"
@@ -269,7 +276,9 @@ class TestJudgement:
 
 class TestEvents:
     def crossing(self, percent: int = 80, basis: str = "Actual") -> budgets.Crossing:
-        return budgets.Crossing("b-1", APRIL[0], percent, budgets.Basis(basis), AT, 812, 10**9)
+        return budgets.Crossing(
+            "b-1", APRIL[0], percent, models.ThresholdBasis(basis), AT, 812, 10**9
+        )
 
     def test_the_event_name_is_derived_from_the_crossing_alone(self) -> None:
         name = budgets.event_name("team", self.crossing())
@@ -279,7 +288,7 @@ class TestEvents:
             budgets.event_name("team", self.crossing(80, "Forecast")),
             budgets.event_name(
                 "team",
-                budgets.Crossing("b-1", APRIL[1], 80, budgets.Basis.ACTUAL, AT, 812, 10**9),
+                budgets.Crossing("b-1", APRIL[1], 80, models.ThresholdBasis.ACTUAL, AT, 812, 10**9),
             ),
         }
         assert name not in others and len(others) == 3
@@ -292,7 +301,7 @@ class TestEvents:
 
     def test_the_event_says_what_was_reached_in_the_budget_currency(self) -> None:
         crossing = budgets.Crossing(
-            "b-1", APRIL[0], 100, budgets.Basis.FORECAST, AT, 1_310_345_678, 10**9
+            "b-1", APRIL[0], 100, models.ThresholdBasis.FORECAST, AT, 1_310_345_678, 10**9
         )
         assert budgets.event_type(crossing) == "Warning"
         assert budgets.event_type(self.crossing()) == "Normal"

@@ -6,6 +6,9 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
+from tests.oracle import charge_rows
+from tests.oracle import usage as oracle_usage
+
 from finops.billing import allocation, usage
 from finops.collection import charge_plan, charges
 
@@ -61,8 +64,8 @@ def billed(
     )
 
 
-def priced(hour: dt.datetime, namespace: str, cpu: str = "1") -> usage.PricedRow:
-    return usage.PricedRow(
+def priced(hour: dt.datetime, namespace: str, cpu: str = "1") -> oracle_usage.PricedRow:
+    return oracle_usage.PricedRow(
         allocation.AllocationRow(
             cluster="c",
             name=f"{namespace}/pod-{hour.hour}",
@@ -80,13 +83,13 @@ def priced(hour: dt.datetime, namespace: str, cpu: str = "1") -> usage.PricedRow
 
 def inputs(
     windows: dict[str, charge_plan.Window],
-    rows: list[tuple[usage.PricedRow, str]],
+    rows: list[tuple[oracle_usage.PricedRow, str]],
     *,
     uids: tuple[str, ...] = ("a",),
     fee_currency: str = "EUR",
     boundary: dt.datetime | None = None,
-) -> charge_plan.Inputs:
-    return charge_plan.Inputs(
+) -> charge_rows.PricedInputs:
+    return charge_rows.PricedInputs(
         boundary=boundary,
         windows=windows,
         versions=charge_plan.VersionIds(
@@ -132,14 +135,14 @@ class TestWindows:
 class TestRowIndex:
     def test_rows_are_sliced_by_namespace_and_half_open_window(self) -> None:
         rows = [priced(at(h), ns) for h in (12, 9, 10, 11) for ns in ("n1", "n2")]
-        index = charge_plan.RowIndex(rows)
+        index = charge_rows.RowIndex(rows)
         terms = billed("a", CPU, sources=[{"namespace": "n1"}]).terms
         got = index.for_terms(terms, (at(10), at(12)))
         assert [(p.row.namespace, p.row.hour) for p in got] == [("n1", at(10)), ("n1", at(11))]
 
     def test_a_source_without_namespace_sees_every_row_once(self) -> None:
         rows = [priced(at(9), "n1"), priced(at(9), "n2"), priced(at(10), "n1")]
-        index = charge_plan.RowIndex(rows)
+        index = charge_rows.RowIndex(rows)
         sources = [{"namespace": "n1"}, {"name": "web"}]
         terms = billed("a", CPU, sources=sources).terms
         assert len(index.for_terms(terms, (at(9), at(10)))) == 2
@@ -149,7 +152,7 @@ class TestRows:
     def test_fee_rows_use_the_ledger_currency_and_usage_rows_their_hours(self) -> None:
         sub = billed("a", FEE_AND_CPU, sources=[{"namespace": "n1"}])
         rows = [(priced(at(9), "n1", "2"), "USD"), (priced(at(9), "n1", "1"), "CHF")]
-        planned = charge_plan.rows(
+        planned = charge_rows.rows(
             "c1", [sub], inputs({"a": (at(9), at(10))}, rows), scheduled=at(11)
         )
         assert [(r.source, r.currency, r.amount_micros, r.finalized) for r in planned] == [
@@ -161,27 +164,27 @@ class TestRows:
         }
 
     def test_a_usage_hour_without_collected_rows_falls_back_to_the_fee_currency(self) -> None:
-        assert charge_plan.hour_currencies([(priced(at(9), "n1"), "USD")]) == {at(9): "USD"}
+        assert charge_rows.hour_currencies([(priced(at(9), "n1"), "USD")]) == {at(9): "USD"}
         sub = billed("a", CPU, sources=[{"namespace": "n1"}])
-        planned = charge_plan.rows("c1", [sub], inputs({"a": (at(9), at(10))}, []), at(11))
+        planned = charge_rows.rows("c1", [sub], inputs({"a": (at(9), at(10))}, []), at(11))
         assert planned == []
 
     def test_usage_at_or_after_the_boundary_stays_open(self) -> None:
         sub = billed("a", CPU, sources=[{"namespace": "n1"}])
         rows = [(priced(at(h), "n1"), "USD") for h in (9, 10)]
-        planned = charge_plan.rows(
+        planned = charge_rows.rows(
             "c1", [sub], inputs({"a": (at(9), at(11))}, rows, boundary=at(10)), at(12)
         )
         assert [(r.hour, r.finalized) for r in planned] == [(at(9), True), (at(10), False)]
 
     def test_a_subscription_without_a_window_gets_no_rows(self) -> None:
-        planned = charge_plan.rows("c1", [billed("a", FEE)], inputs({}, []), at(12))
+        planned = charge_rows.rows("c1", [billed("a", FEE)], inputs({}, []), at(12))
         assert planned == []
 
     def test_keys_name_the_rows_a_recompute_keeps(self) -> None:
         sub = billed("a", FEE)
-        planned = charge_plan.rows("c1", [sub], inputs({"a": (at(9), at(11))}, []), at(12))
-        assert charge_plan.keys(planned) == {
+        planned = charge_rows.rows("c1", [sub], inputs({"a": (at(9), at(11))}, []), at(12))
+        assert charge_rows.keys(planned) == {
             ("a", at(9), "subscription"),
             ("a", at(10), "subscription"),
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from finops.api import reasons
 from finops.billing import buckets
 from finops.collection import charges
 
@@ -124,7 +125,7 @@ class TestCosts:
             {"pricing": {"resourcePricing": [{"name": "cpuHour"}]}},
         )
         costs, reason = charges.costs(scheduled, usage_only, settled)
-        assert reason is charges.CostsReason.FROM_DB
+        assert reason is reasons.CostsReason.FROM_DB
         # The stored fee rows count even though the Offering (now) has no fee: the ledger wins.
         assert [(c["granularity"], c.get("current")) for c in costs] == [
             ("hour", 3),
@@ -148,7 +149,7 @@ class TestCosts:
         # in-progress 13:00 row never counts toward `current`.
         sums: list[dict[str, int]] = [{}, {"subscription": 3_000_000}, {"subscription": 1_000_000}]
         costs, reason = charges.costs(scheduled, terms, charges.settled_charges(windows, sums))
-        assert reason is charges.CostsReason.FROM_DB
+        assert reason is reasons.CostsReason.FROM_DB
         hour, day, month = costs
         assert "current" not in hour and hour["projected"] == 1_000_000
         assert (day["current"], day["projected"]) == (3_000_000, 15_000_000)
@@ -160,7 +161,7 @@ class TestCosts:
     def test_without_the_ledger_the_buckets_are_the_fee_calculators(self) -> None:
         terms = charges.terms_for(state(deactivated=None, deleting=False), offering())
         costs, reason = charges.costs(at(1, 13), terms, None)
-        assert reason is charges.CostsReason.FROM_CALCULATOR
+        assert reason is reasons.CostsReason.FROM_CALCULATOR
         # ActivatedAt 1h from 09:00: 4 ticks settled by 13:00, 15 in the day.
         day = costs[1]
         assert (day["current"], day["projected"]) == (4_000_000, 15_000_000)

@@ -7,6 +7,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from tests.oracle import charge_rows
+from tests.oracle import usage as oracle_usage
 
 from finops.billing import allocation, usage
 from finops.collection import charges
@@ -134,7 +136,7 @@ class TestFeeRows:
     ) -> None:
         terms = charges.terms_for(subscription(), fee_offering())
         assert terms.fee is not None
-        rows = charges.fee_charges(terms.fee, (at(1, 9), at(1, 12)), at(1, 11))
+        rows = charge_rows.fee_charges(terms.fee, (at(1, 9), at(1, 12)), at(1, 11))
         # 09:15 → 10:00 is 2700 of 3600 seconds: 40000000 × 2700 // 3600.
         assert [(r.hour, r.amount_micros, r.quantity, r.finalized) for r in rows] == [
             (at(1, 9), 40_000_000 * 2700 // 3600, Decimal(1), True),
@@ -149,7 +151,7 @@ class TestFeeRows:
             subscription(activated="2026-04-01T09:00:00Z"), fee_offering(alignment="DayBoundary")
         )
         assert terms.fee is not None
-        rows = charges.fee_charges(terms.fee, (at(1, 21), at(2, 1)), at(2, 1))
+        rows = charge_rows.fee_charges(terms.fee, (at(1, 21), at(2, 1)), at(2, 1))
         # First boundary at the next midnight: 15 of 24 hours, rounded down.
         assert [(r.hour, r.amount_micros, r.quantity) for r in rows] == [
             (at(1, 21), 0, Decimal(0)),
@@ -159,8 +161,10 @@ class TestFeeRows:
         ]
 
 
-def row(hour: dt.datetime, namespace: str, cpu: str, *, start_minute: int = 0) -> usage.PricedRow:
-    return usage.PricedRow(
+def row(
+    hour: dt.datetime, namespace: str, cpu: str, *, start_minute: int = 0
+) -> oracle_usage.PricedRow:
+    return oracle_usage.PricedRow(
         allocation.AllocationRow(
             cluster="c",
             name=f"{namespace}/pod",
@@ -183,7 +187,7 @@ class TestUsageRows:
             CPU_OFFERING,
         )
         rows = [row(at(1, h), "a", "2") for h in (9, 10, 11, 12)]
-        planned = charges.usage_rows(terms, rows, (at(1, 9), at(1, 13)), at(1, 12), at(1, 11))
+        planned = charge_rows.usage_rows(terms, rows, (at(1, 9), at(1, 13)), at(1, 12), at(1, 11))
         assert [(p.hour, p.source, p.amount_micros, p.finalized) for p in planned] == [
             (at(1, 9), "cpuHour", 62_000, True),
             (at(1, 10), "cpuHour", 62_000, True),
@@ -199,14 +203,14 @@ class TestUsageRows:
             CPU_OFFERING,
         )
         rows = [row(at(1, 8), "a", "2"), row(at(1, 9), "b", "2"), row(at(1, 13), "a", "2")]
-        assert charges.usage_rows(terms, rows, (at(1, 9), at(1, 13)), at(1, 14), None) == []
+        assert charge_rows.usage_rows(terms, rows, (at(1, 9), at(1, 13)), at(1, 14), None) == []
 
     def test_the_activation_instant_trims_the_first_hour(self) -> None:
         terms = charges.terms_for(
             subscription(activated="2026-04-01T09:15:00Z", usage_sources=[{"namespace": "a"}]),
             CPU_OFFERING,
         )
-        planned = charges.usage_rows(
+        planned = charge_rows.usage_rows(
             terms, [row(at(1, 9), "a", "1")], (at(1, 9), at(1, 10)), at(1, 12), None
         )
         # 45 minutes of 1 core at 31000 per core-hour.
@@ -223,11 +227,11 @@ class TestUsageRows:
             subscription(activated="2026-04-01T09:00:00Z", usage_sources=[{"namespace": "a"}]),
             spec,
         )
-        planned = charges.plan_charges(
+        planned = charge_rows.plan_charges(
             terms, (at(1, 9), at(1, 10)), [row(at(1, 9), "a", "1")], at(1, 10), None
         )
         assert [(p.source, p.amount_micros) for p in planned] == [
             ("subscription", 1_000_000),
             ("cpuHour", 46_500),
         ]
-        assert charges.plan_charges(terms, None, [], at(1, 10), None) == []
+        assert charge_rows.plan_charges(terms, None, [], at(1, 10), None) == []

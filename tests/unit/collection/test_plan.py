@@ -53,8 +53,8 @@ def test_naive_times_are_refused() -> None:
         plan.truncate_hour(dt.datetime(2026, 1, 1))
 
 
-def record(ok: bool, minute: int) -> plan.ExecutionRecord:
-    return plan.ExecutionRecord(
+def record(ok: bool, minute: int) -> plan.RunRecord:
+    return plan.RunRecord(
         H10.replace(minute=minute), ok, "1.2s", "" if ok else "opencost: HTTP 500"
     )
 

@@ -12,10 +12,10 @@ T1 = T0 + dt.timedelta(hours=1)
 
 def test_same_status_keeps_transition_time_but_takes_new_reason() -> None:
     first = conditions.set_condition(
-        None, conditions.Condition("Ready", "True", "A", "a"), generation=1, now=T0
+        None, conditions.DecidedCondition("Ready", "True", "A", "a"), generation=1, now=T0
     )
     second = conditions.set_condition(
-        first, conditions.Condition("Ready", "True", "B", "b"), generation=2, now=T1
+        first, conditions.DecidedCondition("Ready", "True", "B", "b"), generation=2, now=T1
     )
     assert second[0]["lastTransitionTime"] == "2026-01-01T10:00:00Z"
     assert (second[0]["reason"], second[0]["observedGeneration"]) == ("B", 2)
@@ -23,10 +23,10 @@ def test_same_status_keeps_transition_time_but_takes_new_reason() -> None:
 
 def test_status_change_moves_transition_time() -> None:
     first = conditions.set_condition(
-        None, conditions.Condition("Ready", "True", "A", "a"), generation=1, now=T0
+        None, conditions.DecidedCondition("Ready", "True", "A", "a"), generation=1, now=T0
     )
     second = conditions.set_condition(
-        first, conditions.Condition("Ready", "False", "B", "b"), generation=1, now=T1
+        first, conditions.DecidedCondition("Ready", "False", "B", "b"), generation=1, now=T1
     )
     assert second[0]["lastTransitionTime"] == "2026-01-01T11:00:00Z"
 
@@ -42,7 +42,7 @@ def test_other_types_are_kept_in_place() -> None:
         }
     ]
     result = conditions.set_condition(
-        start, conditions.Condition("Ready", "True", "A", "a"), generation=None, now=T0
+        start, conditions.DecidedCondition("Ready", "True", "A", "a"), generation=None, now=T0
     )
     assert [c["type"] for c in result] == ["Active", "Ready"]
     assert "observedGeneration" not in result[1]

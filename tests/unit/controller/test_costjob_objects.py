@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from finops.controller import config, costjob
+from finops.controller import config
+from finops.provisioning import costjobs
 
-SETTINGS = config.Settings(
+SETTINGS = config.ControllerSettings(
     postgres_dsn="postgresql://u:p@db:5432/finops",
     opencost_url="http://opencost:9003/",
     opencost_deployment_name="oc",
@@ -34,7 +35,7 @@ def env_of(cronjob: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_cronjob_shape() -> None:
-    obj = costjob.desired_cronjob(cj(), SETTINGS)
+    obj = costjobs.desired_cronjob(cj(), SETTINGS)
     assert obj["metadata"]["name"] == "alloc-cronjob"
     assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "finops-operator"
     ref = obj["metadata"]["ownerReferences"][0]
@@ -54,13 +55,13 @@ def test_cronjob_shape() -> None:
 
 
 def test_charge_collection_runs_collectionjob_mode() -> None:
-    obj = costjob.desired_cronjob(cj({"type": "SubscriptionChargeCollection"}), SETTINGS)
+    obj = costjobs.desired_cronjob(cj({"type": "SubscriptionChargeCollection"}), SETTINGS)
     pod = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert pod["containers"][0]["args"] == ["--mode=collectionjob"]
 
 
 def test_env_merges_over_template_and_wires_the_secret() -> None:
-    env = env_of(costjob.desired_cronjob(cj({"databaseInitTimeout": "4m"}), SETTINGS))
+    env = env_of(costjobs.desired_cronjob(cj({"databaseInitTimeout": "4m"}), SETTINGS))
     assert env["HOURS_LOOKBACK"]["value"] == "5"
     assert (
         "cronjob-scheduled-timestamp"
@@ -77,7 +78,7 @@ def test_env_merges_over_template_and_wires_the_secret() -> None:
 
 
 def test_merge_env_replaces_whole_entries_in_place() -> None:
-    merged = costjob.merge_env(
+    merged = costjobs.merge_env(
         [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"x": 1}}],
         [{"name": "B", "value": "2"}, {"name": "C", "value": "3"}],
     )
@@ -89,10 +90,10 @@ def test_merge_env_replaces_whole_entries_in_place() -> None:
 
 
 def test_resources_replace_the_whole_block() -> None:
-    obj = costjob.desired_cronjob(cj({"resources": {"requests": {"cpu": "200m"}}}), SETTINGS)
+    obj = costjobs.desired_cronjob(cj({"resources": {"requests": {"cpu": "200m"}}}), SETTINGS)
     container = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"] == {"requests": {"cpu": "200m"}}
-    default = costjob.desired_cronjob(cj(), SETTINGS)
+    default = costjobs.desired_cronjob(cj(), SETTINGS)
     assert default["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0][
         "resources"
     ] == {
@@ -103,29 +104,29 @@ def test_resources_replace_the_whole_block() -> None:
 
 def test_pull_secrets_from_json_and_malformed_json_fails() -> None:
     s = dataclasses.replace(SETTINGS, image_pull_secrets='[{"name": "regcred"}]')
-    pod = costjob.desired_cronjob(cj(), s)["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    pod = costjobs.desired_cronjob(cj(), s)["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     bad = dataclasses.replace(SETTINGS, image_pull_secrets="[{name:")
-    with pytest.raises(costjob.ConfigurationError, match="IMAGE_PULL_SECRETS"):
-        costjob.desired_cronjob(cj(), bad)
+    with pytest.raises(costjobs.ConfigurationError, match="IMAGE_PULL_SECRETS"):
+        costjobs.desired_cronjob(cj(), bad)
 
 
 def test_secret_holds_the_dsn() -> None:
-    secret = costjob.desired_secret(cj(), SETTINGS)
+    secret = costjobs.desired_secret(cj(), SETTINGS)
     assert secret["metadata"]["name"] == "alloc-costjob-secret"
     raw = base64.b64decode(secret["data"]["POSTGRES_CONNECTION_STRING"]).decode()
     assert raw == SETTINGS.postgres_dsn
 
 
 def test_refusal_names_the_namespace_and_the_setting() -> None:
-    cond = costjob.scheduled_condition(False, "team-a", SETTINGS)
+    cond = costjobs.scheduled_condition(False, "team-a", SETTINGS)
     assert (cond.status, cond.reason) == ("False", "NamespaceNotAllowed")
     assert "team-a" in cond.message and "COSTJOB_ALLOWED_NAMESPACES" in cond.message
 
 
 def test_the_loader_pulls_as_the_manager_says_or_as_kubernetes_defaults() -> None:
-    def container(settings: config.Settings) -> dict[str, Any]:
-        pod = costjob.desired_cronjob(cj(), settings)["spec"]["jobTemplate"]["spec"]["template"]
+    def container(settings: config.ControllerSettings) -> dict[str, Any]:
+        pod = costjobs.desired_cronjob(cj(), settings)["spec"]["jobTemplate"]["spec"]["template"]
         return dict(pod["spec"]["containers"][0])
 
     assert "imagePullPolicy" not in container(SETTINGS)
@@ -136,9 +137,9 @@ def test_the_loader_pulls_as_the_manager_says_or_as_kubernetes_defaults() -> Non
 def test_charge_jobs_get_the_billing_period_settings_and_allocation_jobs_do_not() -> None:
     billing = (("FINOPS_BILLING_TIME_ZONE", "Europe/Berlin"), ("FINOPS_PERIOD_GRACE_HOURS", "6"))
     s = dataclasses.replace(SETTINGS, billing_env=billing)
-    charges = env_of(costjob.desired_cronjob(cj({"type": "SubscriptionChargeCollection"}), s))
+    charges = env_of(costjobs.desired_cronjob(cj({"type": "SubscriptionChargeCollection"}), s))
     assert {n: charges[n]["value"] for n, _ in billing} == dict(billing)
-    allocations = env_of(costjob.desired_cronjob(cj(), s))
+    allocations = env_of(costjobs.desired_cronjob(cj(), s))
     assert not {n for n, _ in billing} & set(allocations)
-    unset = env_of(costjob.desired_cronjob(cj({"type": "SubscriptionChargeCollection"}), SETTINGS))
+    unset = env_of(costjobs.desired_cronjob(cj({"type": "SubscriptionChargeCollection"}), SETTINGS))
     assert "FINOPS_BILLING_TIME_ZONE" not in unset

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from finops.controller import costjob
+from finops.api import reasons
+from finops.provisioning import costjobs
 
 
 def job(generation: int, condition: dict[str, Any] | None) -> dict[str, Any]:
@@ -15,7 +16,7 @@ def job(generation: int, condition: dict[str, Any] | None) -> dict[str, Any]:
 
 
 REFUSED = {
-    "type": costjob.SCHEDULED,
+    "type": reasons.ConditionType.SCHEDULED,
     "status": "False",
     "reason": "NamespaceNotAllowed",
     "observedGeneration": 3,
@@ -23,7 +24,7 @@ REFUSED = {
 
 
 def test_a_status_recording_this_generations_refusal_means_the_event_exists() -> None:
-    assert costjob.already_refused(job(3, REFUSED))
+    assert costjobs.already_refused(job(3, REFUSED))
 
 
 @pytest.mark.parametrize(
@@ -36,4 +37,4 @@ def test_a_status_recording_this_generations_refusal_means_the_event_exists() ->
     ],
 )
 def test_anything_else_records_the_event(condition: dict[str, Any] | None) -> None:
-    assert not costjob.already_refused(job(3, condition))
+    assert not costjobs.already_refused(job(3, condition))

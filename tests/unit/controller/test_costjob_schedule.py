@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from finops.api import rules
-from finops.controller import costjob_schedule
+from finops.provisioning import costjobs
 
 
 def _fires_per_day(schedule: str) -> int:
@@ -25,17 +25,17 @@ def _fires_per_day(schedule: str) -> int:
 @pytest.mark.parametrize("seconds", rules.INTERVAL_SECONDS)
 def test_every_accepted_interval_fires_evenly_at_its_period(seconds: int) -> None:
     spelled = f"{seconds // 3600}h" if seconds % 3600 == 0 else f"{seconds // 60}m"
-    schedule = costjob_schedule.schedule_for(spelled)
+    schedule = costjobs.schedule_for(spelled)
     assert _fires_per_day(schedule) == 86400 // seconds
 
 
 def test_schedule_for_is_the_contracts_mapping() -> None:
     """The table itself is tested once, on `rules.interval_schedule` (tests/unit/api)."""
     for interval in ("1h", "6h", "1440m", "30m", "1h0m0s"):
-        assert costjob_schedule.schedule_for(interval) == rules.interval_schedule(interval)
+        assert costjobs.schedule_for(interval) == rules.interval_schedule(interval)
 
 
 @pytest.mark.parametrize("interval", ["7m", "5h", "48h", "90s", "", "1d", "1.5h"])
 def test_intervals_no_cron_schedule_can_honour_are_refused_not_defaulted(interval: str) -> None:
-    with pytest.raises(costjob_schedule.UnschedulableIntervalError, match="interval"):
-        costjob_schedule.schedule_for(interval)
+    with pytest.raises(costjobs.UnschedulableIntervalError, match="interval"):
+        costjobs.schedule_for(interval)

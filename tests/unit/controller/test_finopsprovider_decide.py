@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-from finops.controller import finopsprovider
+from finops.provisioning import providers
 
 
 def test_cloud_block_without_secret_matches_no_branch() -> None:
-    assert finopsprovider.decide({"awsoptions": {"pricingModelSource": "Pricebook"}}) is None
-    assert finopsprovider.decide({"gcpoptions": {"cloudIntegrationSecret": ""}}) is None
+    assert providers.decide({"awsoptions": {"pricingModelSource": "Pricebook"}}) is None
+    assert providers.decide({"gcpoptions": {"cloudIntegrationSecret": ""}}) is None
 
 
 def test_onprem_always_enables_custom_pricing() -> None:
-    branch = finopsprovider.decide({"onpremoptions": {}})
-    assert branch == finopsprovider.Branch("onprem", None, True)
+    branch = providers.decide({"onpremoptions": {}})
+    assert branch == providers.Branch("onprem", None, True)
 
 
 def test_only_pricebook_source_enables_custom_pricing_on_a_cloud_block() -> None:
-    on = finopsprovider.decide(
+    on = providers.decide(
         {"azureoptions": {"cloudIntegrationSecret": "s", "pricingModelSource": "Pricebook"}}
     )
-    off = finopsprovider.decide(
+    off = providers.decide(
         {"azureoptions": {"cloudIntegrationSecret": "s", "pricingModelSource": "pricebook"}}
     )
     assert on is not None and on.custom_pricing
@@ -27,9 +27,9 @@ def test_only_pricebook_source_enables_custom_pricing_on_a_cloud_block() -> None
 
 
 def test_desired_spec_sets_secret_and_cloud_cost_and_keeps_the_rest() -> None:
-    branch = finopsprovider.Branch("aws", "aws-secret", False)
+    branch = providers.Branch("aws", "aws-secret", False)
     current = {"opencost": {"customPricing": {"enabled": False}, "other": 1}, "x": 2}
-    desired = finopsprovider.desired_opencost_spec(current, branch)
+    desired = providers.desired_opencost_spec(current, branch)
     assert desired == {
         "opencost": {
             "customPricing": {"enabled": False},
@@ -39,4 +39,4 @@ def test_desired_spec_sets_secret_and_cloud_cost_and_keeps_the_rest() -> None:
         },
         "x": 2,
     }
-    assert finopsprovider.desired_opencost_spec(desired, branch) == desired
+    assert providers.desired_opencost_spec(desired, branch) == desired

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tests.unit.hierarchy import builders as b
 
 from finops.controller import caches, hierarchy_watch, ledger_mirror
-from finops.hierarchy import family, refs
+from finops.hierarchy import refs
 
 Store = dict[tuple[str, str], dict[str, Any]]
 
@@ -66,7 +66,7 @@ class TestTheFamilyIndex:
                 c.subscription_changed(None, new)
             else:
                 change(c, subs, old, new)
-        snapshot = family.members_from(subs.values())
+        snapshot = b.members_from(subs.values())
         for uid in ("r0", "r1", "r2"):
             expected = sorted(refs.key_of(s) for s in snapshot(uid))
             assert sorted(refs.key_of(s) for s in c.members(uid)) == expected

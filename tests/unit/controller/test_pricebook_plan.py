@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from finops.controller import pricebook
+from finops.kube import status
+from finops.provisioning import pricebooks
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -36,23 +37,23 @@ def book(
     }
 
 
-def by_name(plan: pricebook.Plan) -> dict[str, pricebook.BookPlan]:
+def by_name(plan: pricebooks.ElectionPlan) -> dict[str, pricebooks.BookPlan]:
     return {bp.name: bp for bp in plan.books}
 
 
 def test_bad_rate_is_not_ready_and_names_field_and_value() -> None:
-    cond = pricebook.readiness(book("b", rates={"cpuHour": "0.1", "ramGbHour": "0.0000001"}))
+    cond = pricebooks.readiness(book("b", rates={"cpuHour": "0.1", "ramGbHour": "0.0000001"}))
     assert (cond.status, cond.reason) == ("False", "PricebookParseFailed")
     assert "ramGbHour" in cond.message and "0.0000001" in cond.message
 
 
 def test_percent_book_is_ready_trivially() -> None:
-    cond = pricebook.readiness(book("p", mode="percent", rates={"cpuHour": "x"}))
+    cond = pricebooks.readiness(book("p", mode="percent", rates={"cpuHour": "x"}))
     assert (cond.status, cond.reason) == ("True", "ValidationSucceeded")
 
 
 def test_newest_book_wins_and_gets_active_pricing_and_activated() -> None:
-    plan = pricebook.plan(
+    plan = pricebooks.plan(
         [book("old"), book("new", created="2026-02-01T00:00:00Z", rates={"networkGiB": "0.02"})],
         NOW,
     )
@@ -74,7 +75,7 @@ def test_annotation_beats_incumbent_and_demotes_it() -> None:
         created="2026-02-01T00:00:00Z",
         status={"active": True, "activePricing": {"CPU": "0.031"}},
     )
-    plan = pricebook.plan([incumbent, book("pinned", annotated=True)], NOW)
+    plan = pricebooks.plan([incumbent, book("pinned", annotated=True)], NOW)
     assert plan.winner == ("ns", "pinned")
     inc = by_name(plan)["inc"]
     assert inc.changed and "activePricing" not in inc.status
@@ -84,15 +85,15 @@ def test_annotation_beats_incumbent_and_demotes_it() -> None:
 
 
 def test_settled_status_plans_no_write() -> None:
-    first = pricebook.plan([book("only")], NOW)
+    first = pricebooks.plan([book("only")], NOW)
     settled = book("only", status=first.books[0].status)
-    again = pricebook.plan([settled], NOW + dt.timedelta(minutes=5))
+    again = pricebooks.plan([settled], NOW + dt.timedelta(minutes=5))
     assert not again.books[0].changed
     assert again.books[0].events == ()
 
 
 def test_unready_winner_stays_active_and_leaves_the_document_alone() -> None:
-    plan = pricebook.plan([book("bad", rates={"cpuHour": "99999999999999999"})], NOW)
+    plan = pricebooks.plan([book("bad", rates={"cpuHour": "99999999999999999"})], NOW)
     assert plan.winner == ("ns", "bad")
     assert plan.document is None
     bad = plan.books[0]
@@ -100,12 +101,10 @@ def test_unready_winner_stays_active_and_leaves_the_document_alone() -> None:
 
 
 def test_ties_on_creation_break_by_namespace_then_name() -> None:
-    plan = pricebook.plan([book("b", ns="z"), book("b", ns="a"), book("a", ns="z")], NOW)
+    plan = pricebooks.plan([book("b", ns="z"), book("b", ns="a"), book("a", ns="z")], NOW)
     assert plan.winner == ("a", "b")
 
 
 def test_status_patch_nulls_removed_keys() -> None:
-    body = pricebook.status_patch(
-        {"activePricing": {"CPU": "1"}, "active": True}, {"active": False}
-    )
+    body = status.patch_body({"activePricing": {"CPU": "1"}, "active": True}, {"active": False})
     assert body == {"active": False, "activePricing": None}

@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from finops.api import views
 from finops.hierarchy import family, offerings, refs, subscriptions
 
 NS = "finops-operator-system"
@@ -141,10 +142,10 @@ class Cluster:
 
     def __init__(self, now: dt.datetime = T0) -> None:
         self.now = now
-        self.offerings: dict[refs.Key, dict[str, Any]] = {}
-        self.subs: dict[refs.Key, dict[str, Any]] = {}
+        self.offerings: dict[views.Key, dict[str, Any]] = {}
+        self.subs: dict[views.Key, dict[str, Any]] = {}
         self.targets: set[tuple[str, str, str, str]] = set()
-        self.queue: collections.deque[refs.Key] = collections.deque()
+        self.queue: collections.deque[views.Key] = collections.deque()
         self.passes = 0
 
     # -- writes an API client would make
@@ -156,7 +157,7 @@ class Cluster:
             for k in list(self.offerings):
                 self._reconcile_offering(k)
 
-    def _reconcile_offering(self, key: refs.Key) -> None:
+    def _reconcile_offering(self, key: views.Key) -> None:
         obj = self.offerings[key]
         decided = offerings.plan(obj, lookup=self.offerings.get, books=(), now=self.now)
         if decided.changed:
@@ -171,7 +172,7 @@ class Cluster:
 
     def delete(self, name: str) -> None:
         """`kubectl delete`: the finalizer keeps the object, with a deletion timestamp."""
-        key = refs.Key(NS, name)
+        key = views.Key(NS, name)
         old = copy.deepcopy(self.subs[key])
         self.subs[key]["metadata"]["deletionTimestamp"] = refs.timestamp(self.now)
         self._watch(old, self.subs[key])
@@ -179,7 +180,7 @@ class Cluster:
 
     def release(self, name: str) -> None:
         """The charge job removes the finalizer and the object goes away."""
-        old = self.subs.pop(refs.Key(NS, name))
+        old = self.subs.pop(views.Key(NS, name))
         self._watch(old, None)
 
     # -- the controller
@@ -190,11 +191,7 @@ class Cluster:
             return
         snapshot = list(self.subs.values())
         self.queue.extend(
-            sorted(
-                subscriptions.requeue(
-                    change, family.members_from(snapshot), family.children_from(snapshot)
-                )
-            )
+            sorted(subscriptions.requeue(change, members_from(snapshot), children_from(snapshot)))
         )
 
     def target_of(self, sub: Mapping[str, Any]) -> subscriptions.TargetObserved:
@@ -204,7 +201,7 @@ class Cluster:
         key = (ref_.api_version, ref_.kind, ref_.namespace, ref_.name)
         return subscriptions.Target.FOUND if key in self.targets else subscriptions.Target.NOT_FOUND
 
-    def reconcile(self, key: refs.Key) -> subscriptions.SubscriptionPlan | None:
+    def reconcile(self, key: views.Key) -> subscriptions.SubscriptionPlan | None:
         obj = self.subs.get(key)
         if obj is None:
             return None
@@ -214,7 +211,7 @@ class Cluster:
             obj,
             offering=self.offerings.get(offering_key) if offering_key else None,
             lookup=self.subs.get,
-            members=family.members_from(list(self.subs.values())),
+            members=members_from(list(self.subs.values())),
             target=self.target_of(obj),
             now=self.now,
         )
@@ -233,4 +230,55 @@ class Cluster:
         return self.passes - start
 
     def sub(self, name: str) -> dict[str, Any]:
-        return self.subs[refs.Key(NS, name)]
+        return self.subs[views.Key(NS, name)]
+
+
+# Indexes over a snapshot of objects (the controller keeps live ones in its watch caches).
+
+
+def lookup_from(objs: Iterable[Mapping[str, Any]]) -> refs.Lookup:
+    """A lookup over a snapshot of objects (a cache, or a test's cluster)."""
+    table = {refs.key_of(o): o for o in objs}
+    return table.get
+
+
+def members_from(objs: Iterable[Mapping[str, Any]]) -> family.Members:
+    """A family index over a snapshot of Subscriptions (what the controller keeps live)."""
+    index: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for obj in objs:
+        root = family.root_of(obj)
+        if root:
+            index[root].append(obj)
+
+    def members(root: str) -> list[Mapping[str, Any]]:
+        return list(index.get(root, ()))
+
+    return members
+
+
+def children_from(objs: Iterable[Mapping[str, Any]]) -> family.Children:
+    """A parent index over a snapshot of Subscriptions.
+
+    The family index alone cannot wake a child waiting on its parent: stamping follows the
+    parent gate, so such a child carries no root yet and belongs to no family.
+    """
+    index: dict[views.Key, list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for obj in objs:
+        up = family.parent_key(obj)
+        if up is not None:
+            index[up].append(obj)
+
+    def children(key: views.Key) -> list[Mapping[str, Any]]:
+        return list(index.get(key, ()))
+
+    return children
+
+
+def is_routine_status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """An update that changed only status, and not the activation state: no fan-out, and
+    nothing for this object's own reconciler to do either."""
+    if old is None or new is None:
+        return False
+    return subscriptions.fanout(old, new) is None and refs.generation_of(old) == refs.generation_of(
+        new
+    )

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.unit.hierarchy import builders as b
 
+from finops.api import views
 from finops.hierarchy import offerings, refs
 
 NOW = b.T0
@@ -22,8 +23,8 @@ GPU_WORKLOAD = [
 ]
 
 
-def K(name: str) -> refs.Key:
-    return refs.Key(b.NS, name)
+def K(name: str) -> views.Key:
+    return views.Key(b.NS, name)
 
 
 def decide(
@@ -37,7 +38,7 @@ def decide(
 ) -> offerings.OfferingPlan:
     return offerings.plan(
         offering,
-        lookup=lookup or refs.lookup_from(others or []),
+        lookup=lookup or b.lookup_from(others or []),
         books=books if books is not None else [BOOK],
         now=now,
         **deletion,
@@ -54,7 +55,7 @@ def cond(plan: offerings.OfferingPlan, type_: str) -> dict[str, Any]:
 
 
 def graph_lookup(edges: dict[str, list[str]]) -> Any:
-    def requires(key: refs.Key) -> list[refs.Key] | None:
+    def requires(key: views.Key) -> list[views.Key] | None:
         return [K(n) for n in edges[key.name]] if key.name in edges else None
 
     return requires
@@ -177,7 +178,7 @@ class TestReadiness:
         assert "resolvedPricing" not in plan.status
 
     def test_a_failed_read_is_a_validation_error(self) -> None:
-        def lookup(key: refs.Key) -> refs.Observed:
+        def lookup(key: views.Key) -> refs.Observed:
             return refs.ReadError("etcd timeout")
 
         plan = decide(b.offering("mon", requires=["vm"]), lookup=lookup)

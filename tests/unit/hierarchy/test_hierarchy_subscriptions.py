@@ -31,8 +31,8 @@ def decide(
     return subscriptions.plan(
         sub,
         offering=offering,
-        lookup=refs.lookup_from(everyone),
-        members=family.members_from(everyone),
+        lookup=b.lookup_from(everyone),
+        members=b.members_from(everyone),
         target=target,
         now=now,
     )

@@ -1,5 +1,5 @@
 """The client against the replay server: real captures give the right rows, failures the
-right errors. (Loopback HTTP only; the replay server is finops.devenv.opencost_replay.)"""
+right errors. (Loopback HTTP only; the replay server is finops_devenv.opencost_replay.)"""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from tests.oracle import opencost_rows
 
 from finops.billing import allocation
-from finops.devenv import opencost_replay as replay
 from finops.opencost import client, config, errors
+from finops_devenv import opencost_replay as replay
 
 HOUR = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
 Start = Callable[[replay.Source], replay.ReplayServer]
@@ -28,7 +29,7 @@ def fetch(url: str, hour: dt.datetime = HOUR, **settings: Any) -> list[allocatio
 
     async def go() -> list[allocation.AllocationRow]:
         async with client.OpenCostClient(cfg) as oc:
-            return await client.fetch_hour(oc, hour, cluster="default")
+            return await opencost_rows.fetch_hour(oc, hour, cluster="default")
 
     return asyncio.run(go())
 

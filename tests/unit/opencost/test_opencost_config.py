@@ -58,11 +58,11 @@ def test_an_unparsable_timeout_is_logged_and_the_default_kept(
 
 
 def test_sharding_is_opt_in_and_fills_documented_defaults() -> None:
-    assert config.Sharding.from_spec({}) is None
-    assert config.Sharding.from_spec({"sharding": {}}) == config.Sharding(25, 4)
-    got = config.Sharding.from_spec({"sharding": {"namespacesPerShard": 3, "concurrency": 2}})
-    assert got == config.Sharding(3, 2)
-    assert config.Sharding.from_spec({"sharding": {"concurrency": 0}}) == config.Sharding(25, 4)
+    assert config.ShardPlan.from_spec({}) is None
+    assert config.ShardPlan.from_spec({"sharding": {}}) == config.ShardPlan(25, 4)
+    got = config.ShardPlan.from_spec({"sharding": {"namespacesPerShard": 3, "concurrency": 2}})
+    assert got == config.ShardPlan(3, 2)
+    assert config.ShardPlan.from_spec({"sharding": {"concurrency": 0}}) == config.ShardPlan(25, 4)
 
 
 def test_a_missing_opencost_url_is_refused() -> None:

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from finops.devenv import opencost_replay
 from finops.opencost import fastparse
+from finops_devenv import opencost_replay
 
 HOUR = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
 AGGREGATION = "namespace,pod,container"

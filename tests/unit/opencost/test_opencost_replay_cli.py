@@ -1,4 +1,4 @@
-"""`python -m finops.devenv.opencost_replay` as the OpenCost stand-in image runs it: listens
+"""`python -m finops_devenv.opencost_replay` as the OpenCost stand-in image runs it: listens
 where told, answers `/healthz` and the captured allocations, and stops on SIGTERM."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import subprocess
 import sys
 import urllib.request
 
-from finops.devenv import opencost_replay as replay
+from finops_devenv import opencost_replay as replay
 
 WINDOW = "2026-10-03T10:00:00Z,2026-10-03T11:00:00Z"
 
@@ -19,7 +19,7 @@ WINDOW = "2026-10-03T10:00:00Z,2026-10-03T11:00:00Z"
 def test_cli_serves_healthz_and_captures_then_stops_on_sigterm(
     opencost_captures_dir: pathlib.Path,
 ) -> None:
-    cmd = [sys.executable, "-m", "finops.devenv.opencost_replay", "--port", "0"]
+    cmd = [sys.executable, "-m", "finops_devenv.opencost_replay", "--port", "0"]
     cmd += ["--host", "127.0.0.1", "--captures", str(opencost_captures_dir)]
     # The same package this test imported, whatever is installed in the interpreter.
     src = str(pathlib.Path(replay.__file__).resolve().parents[2])

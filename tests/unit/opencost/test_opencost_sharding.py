@@ -11,23 +11,24 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tests.oracle import opencost_rows
 
 from finops.billing import allocation
-from finops.devenv import opencost_replay as replay
 from finops.opencost import client, config, errors
+from finops_devenv import opencost_replay as replay
 
 HOUR = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
 Start = Callable[[replay.Source], replay.ReplayServer]
 
 
 def fetch(
-    url: str, sharding: config.Sharding | None, **settings: Any
+    url: str, sharding: config.ShardPlan | None, **settings: Any
 ) -> list[allocation.AllocationRow]:
     cfg = config.OpenCostConfig(base_url=url, sharding=sharding, **settings)
 
     async def go() -> list[allocation.AllocationRow]:
         async with client.OpenCostClient(cfg) as oc:
-            return await client.fetch_hour(oc, HOUR, cluster="default")
+            return await opencost_rows.fetch_hour(oc, HOUR, cluster="default")
 
     return asyncio.run(go())
 
@@ -49,7 +50,7 @@ class TestSameRows:
         assert len(whole) == 13 * 4 * 2 + 1
         assert any(r.namespace == "__unmounted__" for r in whole)
         cluster.clear()
-        assert fetch(cluster.url, config.Sharding(per_shard, concurrency)) == whole
+        assert fetch(cluster.url, config.ShardPlan(per_shard, concurrency)) == whole
         shards = -(-14 // per_shard)  # 13 namespaces + __unmounted__
         assert len(cluster.requests) == 1 + shards
         assert cluster.requests[0].params["aggregate"] == "namespace"
@@ -60,19 +61,19 @@ class TestSameRows:
     ) -> None:
         whole = fetch(opencost_captures.url, None, aggregate=aggregate)
         assert len(whole) >= 5
-        assert fetch(opencost_captures.url, config.Sharding(2, 2), aggregate=aggregate) == whole
+        assert fetch(opencost_captures.url, config.ShardPlan(2, 2), aggregate=aggregate) == whole
 
     def test_an_hour_without_namespaces_has_no_rows_and_no_shard_queries(
         self, opencost_replay: Start
     ) -> None:
         empty = opencost_replay(replay.Generated(namespaces=3, hours=frozenset()))
-        assert fetch(empty.url, config.Sharding(2, 2)) == []
+        assert fetch(empty.url, config.ShardPlan(2, 2)) == []
         assert [r.params["aggregate"] for r in empty.requests] == ["namespace"]
 
     def test_an_aggregate_without_namespace_runs_unsharded(
         self, cluster: replay.ReplayServer
     ) -> None:
-        rows = fetch(cluster.url, config.Sharding(2, 2), aggregate="controllerKind")
+        rows = fetch(cluster.url, config.ShardPlan(2, 2), aggregate="controllerKind")
         assert {r.name for r in rows} >= {"deployment", "__unallocated__"}
         assert len(cluster.requests) == 1
         assert "filter" not in cluster.requests[0].params
@@ -82,7 +83,7 @@ class TestQueries:
     def test_the_filter_names_each_shards_namespaces_and_is_percent_encoded(
         self, cluster: replay.ReplayServer
     ) -> None:
-        fetch(cluster.url, config.Sharding(5, 1))
+        fetch(cluster.url, config.ShardPlan(5, 1))
         raw = [r.raw_query for r in cluster.requests[1:]]
         first = 'namespace:"__unmounted__","ns-0000","ns-0001","ns-0002","ns-0003"'
         assert "filter=" + urllib.parse.quote(first, safe="") in raw[0]
@@ -97,7 +98,7 @@ class TestQueries:
     ) -> None:
         # Every shard answers slowly, so shards overlap whenever the client lets them.
         cluster.inject(replay.Fault("slow", delay=0.03, aggregate="namespace,pod,container"))
-        fetch(cluster.url, config.Sharding(2, concurrency))
+        fetch(cluster.url, config.ShardPlan(2, concurrency))
         assert cluster.max_in_flight == concurrency
 
 
@@ -110,7 +111,7 @@ class TestFailure:
         cluster.inject(replay.Fault("http500", message="shard broke", namespace="ns-0002"))
         began = time.monotonic()
         with pytest.raises(errors.OpenCostHTTPError, match="shard broke") as exc:
-            fetch(cluster.url, config.Sharding(2, 3))
+            fetch(cluster.url, config.ShardPlan(2, 3))
         assert time.monotonic() - began < 5
         assert 'namespace:"ns-0001","ns-0002"' in exc.value.query
         # 7 shards; the failure came back before the later shards were ever started.
@@ -119,5 +120,5 @@ class TestFailure:
     def test_a_failing_discovery_query_fails_the_hour(self, cluster: replay.ReplayServer) -> None:
         cluster.inject(replay.Fault("bad_json", aggregate="namespace"))
         with pytest.raises(errors.OpenCostResponseError):
-            fetch(cluster.url, config.Sharding(2, 2))
+            fetch(cluster.url, config.ShardPlan(2, 2))
         assert len(cluster.requests) == 1

@@ -271,7 +271,7 @@ class PostgresCluster:
             ]
         )
         hba = (
-            "# written by finops.devenv.postgres: one password role, everything else trusted\n"
+            "# written by finops_devenv.postgres: one password role, everything else trusted\n"
             f"local all {PASSWORD_ROLE} scram-sha-256\n"
             f"host  all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n"
             "local all all trust\n"

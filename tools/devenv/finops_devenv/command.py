@@ -61,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        from finops.devenv import node_sandbox
+        from finops_devenv import node_sandbox
 
         return node_sandbox.run(args.exit_after_report, sys.stdout)
-    from finops.devenv import sandbox
+    from finops_devenv import sandbox
 
     hours = 3 if args.hours is None else args.hours
     if hours < 0:

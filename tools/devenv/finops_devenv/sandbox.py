@@ -30,13 +30,14 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
-from finops.billing import money, periods
+from finops.api import environment
+from finops.billing import money
 from finops.collection import plan
-from finops.devenv import controlplane, postgres, sandbox_periods, tls
-from finops.devenv import opencost_replay as replay
-from finops.devenv import webhooks as local_webhooks
 from finops.jobs import allocations as allocation_job
 from finops.jobs import charges as charge_job
+from finops_devenv import controlplane, postgres, sandbox_periods, tls
+from finops_devenv import opencost_replay as replay
+from finops_devenv import webhooks as local_webhooks
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO_ROOT / "examples"
@@ -356,7 +357,7 @@ def job_env(svc: Services, costjob: str, scheduled: dt.datetime) -> dict[str, st
         "HOURS_LOOKBACK": "1",
         "SCHEDULED_TIMESTAMP": scheduled.strftime("%Y-%m-%dT%H:%M:%SZ"),
         # A month closes two hours after it ends (not 24), so a short simulation shows it.
-        periods.GRACE_ENV: str(sandbox_periods.GRACE_HOURS),
+        environment.Env.FINOPS_PERIOD_GRACE_HOURS: str(sandbox_periods.GRACE_HOURS),
     }
 
 
@@ -579,7 +580,7 @@ def run(
     previous_month: bool = False,
 ) -> int:
     """The whole sandbox (with `previous_month`, from the last hours of the previous month
-    until it has closed: see `finops.devenv.sandbox_periods`); returns an exit status."""
+    until it has closed: see `finops_devenv.sandbox_periods`); returns an exit status."""
     # Ctrl-C and SIGTERM both unwind through the context managers, so every service stops
     # and its files go, whatever stage the sandbox is in (a background shell ignores SIGINT
     # unless a handler is installed).

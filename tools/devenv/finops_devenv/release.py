@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from finops.devenv import realnode, tls
+from finops_devenv import realnode, tls
 
 CHART = realnode.REPO_ROOT / "deploy" / "helm" / "finops-operator"
 HELM_BUILD = realnode.REPO_ROOT / "tools" / "build-helm.sh"

@@ -965,7 +965,7 @@ def serving(source: Source) -> Iterator[ReplayServer]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m finops.devenv.opencost_replay`: serve captures or a generated cluster.
+    """`python -m finops_devenv.opencost_replay`: serve captures or a generated cluster.
 
     Runs in the foreground until SIGINT or SIGTERM (handled, so it also stops as a
     container's PID 1), answering `/healthz` besides the allocation paths.

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
-from finops.devenv import tls
+from finops_devenv import tls
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Where the plain sandbox runs every part as a host process and simulates hours, this one runs
 the product as a platform team does: the images built from this repository
-(`tools/images.sh`), a real node (`finops.devenv.realnode`), `helm install` of the chart with
+(`tools/images.sh`), a real node (`finops_devenv.realnode`), `helm install` of the chart with
 its bundled PostgreSQL, OpenCost stand-in and Prometheus, then `examples/`. The CostJobs'
 CronJobs run on the real clock; so that the report does not wait for the next hour, the first
 run of each is started at once, as a user would (`kubectl create job --from=cronjob/...`).
@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
-from finops.devenv import realnode, release, sandbox
+from finops_devenv import realnode, release, sandbox
 
 READER = "sandbox-reader"
 TENANT = "team-apps"

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import yaml
 
-from finops.devenv import controlplane, tls
+from finops_devenv import controlplane, tls
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,74 @@
+"""Every environment variable the product reads or sets, by name: one constant each.
+
+The names are part of the contract (the reference product's configuration page, the Helm
+chart's templates): the processes read them, the generated CronJobs set them, and the chart test
+checks the chart's manifests spell them the same way.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Env(enum.StrEnum):
+    """An environment variable's name."""
+
+    # The ledger
+    POSTGRES_CONNECTION_STRING = "POSTGRES_CONNECTION_STRING"
+    PG_CONNECTION_STRING = "PG_CONNECTION_STRING"
+    CLUSTER_ID = "CLUSTER_ID"
+    FINOPS_MIGRATION_DIR = "FINOPS_MIGRATION_DIR"
+
+    # OpenCost
+    OPENCOST_CONNECTION_STRING = "OPENCOST_CONNECTION_STRING"
+    OPENCOST_DEPLOYMENT_NAME = "OPENCOST_DEPLOYMENT_NAME"
+    OPENCOST_DEPLOYMENT_NAMESPACE = "OPENCOST_DEPLOYMENT_NAMESPACE"
+    OPENCOST_AGGREGATE = "OPENCOST_AGGREGATE"
+    OPENCOST_STEP = "OPENCOST_STEP"
+    OPENCOST_RESOLUTION = "OPENCOST_RESOLUTION"
+
+    # A job pod (set on the generated CronJobs)
+    COSTJOB_NAME = "COSTJOB_NAME"
+    COSTJOB_NAMESPACE = "COSTJOB_NAMESPACE"
+    SCHEDULED_TIMESTAMP = "SCHEDULED_TIMESTAMP"
+    HOURS_LOOKBACK = "HOURS_LOOKBACK"
+
+    # CostJob timeouts (a variable overrides the CostJob's field)
+    DATABASE_INIT_TIMEOUT = "DATABASE_INIT_TIMEOUT"
+    K8S_OPERATION_TIMEOUT = "K8S_OPERATION_TIMEOUT"
+    OPENCOST_FETCH_TIMEOUT = "OPENCOST_FETCH_TIMEOUT"
+    DATABASE_INSERT_TIMEOUT = "DATABASE_INSERT_TIMEOUT"
+    STATUS_UPDATE_TIMEOUT = "STATUS_UPDATE_TIMEOUT"
+    HTTP_CLIENT_TIMEOUT = "HTTP_CLIENT_TIMEOUT"
+
+    # The manager
+    POD_NAMESPACE = "POD_NAMESPACE"
+    MTO_ENABLED = "MTO_ENABLED"
+    ENABLE_WEBHOOKS = "ENABLE_WEBHOOKS"
+    WEBHOOK_BIND_ADDRESS = "WEBHOOK_BIND_ADDRESS"
+    IMAGE_PULL_SECRETS = "IMAGE_PULL_SECRETS"
+    OPERATOR_IMAGE = "OPERATOR_IMAGE"
+    OPERATOR_IMAGE_PULL_POLICY = "OPERATOR_IMAGE_PULL_POLICY"
+    JOB_SERVICE_ACCOUNT = "JOB_SERVICE_ACCOUNT"
+    COSTJOB_ALLOWED_NAMESPACES = "COSTJOB_ALLOWED_NAMESPACES"
+    FINOPS_WORKERS = "FINOPS_WORKERS"
+    FINOPS_RESYNC_SECONDS = "FINOPS_RESYNC_SECONDS"
+    FINOPS_LEASE_DURATION_SECONDS = "FINOPS_LEASE_DURATION_SECONDS"
+
+    # Billing periods (the manager checks them and hands them to the charge jobs)
+    FINOPS_BILLING_TIME_ZONE = "FINOPS_BILLING_TIME_ZONE"
+    FINOPS_PERIOD_GRACE_HOURS = "FINOPS_PERIOD_GRACE_HOURS"
+
+    # Ledger retention (the manager checks them and hands them to the charge jobs)
+    FINOPS_LEDGER_RETENTION_MONTHS = "FINOPS_LEDGER_RETENTION_MONTHS"
+    FINOPS_LEDGER_RETENTION_ACTION = "FINOPS_LEDGER_RETENTION_ACTION"
+
+    # The gateway
+    PORT = "PORT"
+    ENABLE_AUTH = "ENABLE_AUTH"
+    ALLOWED_ORIGINS = "ALLOWED_ORIGINS"
+    BIND_HOST = "BIND_HOST"
+
+    # Set by the chart as the reference's chart sets them; nothing in the product reads them
+    KUBERNETES_CLUSTER_DOMAIN = "KUBERNETES_CLUSTER_DOMAIN"
+    MTO_GATEWAY_URL = "MTO_GATEWAY_URL"

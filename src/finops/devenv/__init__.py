@@ -1,1 +1,0 @@
-"""Local development services: throw-away PostgreSQL, control plane, OpenCost replay."""

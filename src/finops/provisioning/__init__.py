@@ -1,0 +1,1 @@
+"""Decisions for PriceBooks, CostJobs and the FinOpsProvider: pure functions of observed state."""
