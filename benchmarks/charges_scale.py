@@ -37,7 +37,9 @@ from contextlib import ExitStack
 from typing import Any
 
 import psycopg
+from benchmarks import machine
 
+from finops.api import bodies
 from finops.collection import charge_plan, charges
 from finops.jobs import charges as job
 from finops.jobs import periods as periods_job
@@ -47,7 +49,7 @@ from finops_devenv import postgres
 CLUSTER = "bench"
 SCHEDULED = dt.datetime(2026, 4, 2, 0, tzinfo=dt.UTC)
 HOURS = 24
-OFFERING: dict[str, Any] = {
+OFFERING: bodies.OfferingBody = {
     "apiVersion": "finops.stakater.com/v1alpha1",
     "kind": "Offering",
     "metadata": {"uid": "offering-1", "namespace": "bench", "name": "base", "generation": 1},
@@ -116,7 +118,7 @@ def billed(
 ) -> list[charge_plan.Billed]:
     """Subscriptions `sub-N` of the Offering, each with its own namespace `ns-N` as the one
     usage source, activated at `activated_at`."""
-    activated = charges.parse_time(activated_at)
+    activated = dt.datetime.fromisoformat(activated_at).astimezone(dt.UTC)
     out = []
     for i in range(subscriptions):
         obj = {
@@ -345,11 +347,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dsn and len(scales) != 1:
         parser.error("--dsn takes one scale: each size needs an empty database")
     results = []
+    print(f"load at start: {machine.loadavg()}", flush=True)
     with ExitStack() as stack:
         cluster = None if args.dsn else stack.enter_context(postgres.PostgresCluster())
         for scale in scales:
             dsn = args.dsn or cluster.create_database(f"charges_bench_{scale}")  # type: ignore[union-attr]
-            print(f"-- scale ×{scale}")
+            print(f"-- scale ×{scale} (load {machine.loadavg()})")
             lines, ratio, replay, per_sub = run(dsn, args.subscriptions * scale, args.rows * scale)
             results.append((scale, ratio, replay, per_sub))
             for line in lines:
@@ -363,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(results) > 1:
         growth = results[-1][3] / results[0][3]
         print(f"ms per Subscription, ×{results[-1][0]} / ×{results[0][0]}: {growth:.2f}")
+    print(f"load at end: {machine.loadavg()}")
     return 0
 
 

@@ -43,8 +43,10 @@ from typing import Any
 
 import httpx2
 import msgspec
+from benchmarks import machine
 from prometheus_client.parser import text_string_to_metric_families
 
+from finops.api import bodies
 from finops.kube import events
 from finops_devenv import controlplane
 
@@ -156,7 +158,7 @@ def _activated(name: str, ns: str, uid: str, rv: str, now: str) -> tuple[Any, An
         )
     ]
     status = {"status": {"ready": "True", "activatedAt": now, "conditions": conditions}}
-    involved = {
+    involved: bodies.Object = {
         "apiVersion": API_VERSION,
         "kind": "Subscription",
         "metadata": {"name": name, "namespace": ns, "uid": uid, "resourceVersion": rv},
@@ -547,10 +549,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",")]
     sizes: list[Size] = []
+    print(f"load at start: {machine.loadavg()}", flush=True)
     for scale in scales:
         families = max(1, args.families * scale // max(scales))
+        load = machine.loadavg()
         size = measure(families, args)
-        report(size, f"×{scale}")
+        report(size, f"×{scale} (load {load} → {machine.loadavg()})")
         sys.stdout.flush()
         sizes.append(size)
     last = sizes[-1]
@@ -564,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = "/".join(f"{s.ratio:.2f}" for s in sizes)
     print(f"  ratios at each size: {ratios}")
     print(f"  target converged <= {TARGET_RATIO}× floor:   {met}")
+    print(f"load at end: {machine.loadavg()}")
     return 0
 
 

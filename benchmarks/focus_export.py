@@ -36,6 +36,7 @@ from collections.abc import Sequence
 import psycopg
 from benchmarks import gateway as gw
 from benchmarks import ledger_year as ly
+from benchmarks import machine
 
 from finops.billing import focus
 from finops.store import focus as focus_store
@@ -186,10 +187,6 @@ def phases(dsn: str, start: dt.datetime, end: dt.datetime) -> dict[str, float]:
     return {k: 1e6 * v / max(rows, 1) for k, v in spent.items()}
 
 
-def loadavg() -> str:
-    return " ".join(pathlib.Path("/proc/loadavg").read_text().split()[:3])
-
-
 def build(dsn: str, namespaces: int) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         migrate.apply(conn)
@@ -214,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     base = pathlib.Path(args.base_dir).resolve()
     base.mkdir(parents=True, exist_ok=True)
-    print(f"load at start: {loadavg()}", flush=True)
+    print(f"load at start: {machine.loadavg()}", flush=True)
     results: list[tuple[int, float, Export, Export]] = []
     with postgres.PostgresCluster(base_dir=base) as cluster:
         dsn = cluster.create_database("focus_export")
@@ -223,14 +220,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"month of {total:,} charge rows built in {time.perf_counter() - began:.0f} s")
         for quarters in (1, 2, 4):
             end = MONTH + dt.timedelta(hours=HOURS * quarters // 4)
-            load = loadavg()
+            load = machine.loadavg()
             copy_seconds, rows = copy_baseline(dsn, MONTH, end)
             copy_rate = rows / copy_seconds
             by_cli = cli(dsn, MONTH, end)
             by_route = route(dsn, MONTH, end)
             print(
                 f"×{quarters}: {rows:,} rows ({HOURS * quarters // 4} hours); "
-                f"load {load} → {loadavg()}"
+                f"load {load} → {machine.loadavg()}"
             )
             print(f"  COPY     {copy_seconds:7.1f} s  {copy_rate:9,.0f} rows/s", flush=True)
             print(report("CLI", rows, by_cli, copy_rate))
@@ -266,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"  growth {label} rows/s ×1/×2/×4: {shown} (×4 / ×1 = {per_row[-1] / per_row[0]:.2f})"
         )
-    print(f"load at end: {loadavg()}")
+    print(f"load at end: {machine.loadavg()}")
     return 0
 
 

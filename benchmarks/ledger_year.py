@@ -43,6 +43,7 @@ from typing import Any
 import httpx
 import psycopg
 from benchmarks import gateway as gw
+from benchmarks import machine
 from tests.oracle import ledger_sums
 
 from finops.store import migrate, partitions, reads, spans
@@ -325,10 +326,6 @@ def summary(figures: Sequence[Figures]) -> Iterator[str]:
         yield f"  growth {label} at {sizes}: {shown} (×4 / ×1 = {growth:.2f})"
 
 
-def loadavg() -> str:
-    return " ".join(pathlib.Path("/proc/loadavg").read_text().split()[:3])
-
-
 def run(dsn: str, namespaces: int, requests: int, baseline: int, seed: int) -> Iterator[str]:
     figures: list[Figures] = []
     total = 0
@@ -351,9 +348,11 @@ def run(dsn: str, namespaces: int, requests: int, baseline: int, seed: int) -> I
                     f"(loaded to {loaded} months in {built:.0f} s; the sums of one day and of "
                     f"its month equal their rows: {'yes' if agree else 'NO'})"
                 )
-                load = loadavg()
+                load = machine.loadavg()
                 t, s, b, h, r = measure(conn, client, namespaces, requests, baseline, seed)
-                figures.append(Figures(months, total, t, s, b, h, r, f"{load} → {loadavg()}"))
+                figures.append(
+                    Figures(months, total, t, s, b, h, r, f"{load} → {machine.loadavg()}")
+                )
                 yield from report(figures[-1])
             yield from summary(figures)
             yield ""
@@ -379,13 +378,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     base = pathlib.Path(args.base_dir).resolve()
     base.mkdir(parents=True, exist_ok=True)
-    print(f"load at start: {loadavg()}", flush=True)
+    print(f"load at start: {machine.loadavg()}", flush=True)
     with postgres.PostgresCluster(base_dir=base) as cluster:
         with psycopg.connect(cluster.admin_dsn, autocommit=True) as admin:
             for setting, value in (
                 ("shared_buffers", "1GB"),
                 ("maintenance_work_mem", "1GB"),
-                ("max_wal_size", "16GB"),
+                ("max_wal_size", "2GB"),  # the disk is shared: WAL kept small
                 ("checkpoint_timeout", "30min"),
             ):
                 admin.execute(f"ALTER SYSTEM SET {setting} = '{value}'".encode())
@@ -394,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dsn = cluster.create_database("ledger_year")
         for line in run(dsn, args.namespaces, args.requests, args.baseline_requests, args.seed):
             print(line, flush=True)
-    print(f"load at end: {loadavg()}", flush=True)
+    print(f"load at end: {machine.loadavg()}", flush=True)
     return 0
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import pathlib
 import statistics
 import sys
 import time
@@ -33,6 +32,7 @@ from typing import Any
 
 import psycopg
 from benchmarks import charges_scale as cs
+from benchmarks import machine
 
 from finops.collection import charge_plan
 from finops.jobs import charges as job
@@ -121,10 +121,6 @@ def hourly_runs(
     return seconds, phases
 
 
-def loadavg() -> str:
-    return " ".join(pathlib.Path("/proc/loadavg").read_text().split()[:3])
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--subscriptions", type=int, default=10_000)
@@ -132,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     weeks = [int(w) for w in args.weeks.split(",")]
     medians: dict[int, float] = {}
-    print(f"load at start: {loadavg()}", flush=True)
+    print(f"load at start: {machine.loadavg()}", flush=True)
     with postgres.PostgresCluster() as cluster:
         dsn = cluster.create_database("first_run")
         lines, _, _, per_sub = cs.run(dsn, args.subscriptions, args.subscriptions * 100)
@@ -152,13 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 subs = billed(args.subscriptions, start)
                 charged = history(conn, subs)
                 built = time.perf_counter() - began
-                load = loadavg()
+                load = machine.loadavg()
                 seconds, phases = hourly_runs(conn, subs)
             median = statistics.median(seconds)
             medians[n] = median
             print(
                 f"-- {n} week(s) of history: {charged:,} charge rows, {allocated:,} allocation"
-                f" rows (built in {built:.0f} s); load {load} → {loadavg()}"
+                f" rows (built in {built:.0f} s); load {load} → {machine.loadavg()}"
             )
             print(
                 "  hourly runs: "
@@ -182,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"  hourly run at {weeks[-1]} weeks / first run over 24 h ({first:.2f} s): {ratio:.2f}"
         f" (target <= {FIRST_RUN_TARGET}: {verdict})"
     )
-    print(f"load at end: {loadavg()}")
+    print(f"load at end: {machine.loadavg()}")
     return 0
 
 

@@ -11,23 +11,16 @@ from typing import Any
 
 import psycopg
 
-DAYS = """
-    SELECT cluster, date_trunc('day', hour, 'UTC'), subscription_version_id,
+_BY_VERSION = """
+    SELECT cluster, date_trunc('{unit}', hour, 'UTC'), subscription_version_id,
            offering_version_id, source, currency, sum(amount_micros)::bigint,
            coalesce(sum(amount_micros) FILTER (WHERE finalized), 0)::bigint, count(*)
     FROM subscription_charges
     GROUP BY 1, 2, 3, 4, 5, 6
     ORDER BY 1, 2, 3, 4, 5, 6
 """
-
-MONTHS = """
-    SELECT cluster, date_trunc('month', hour, 'UTC'), subscription_version_id,
-           offering_version_id, source, currency, sum(amount_micros)::bigint,
-           coalesce(sum(amount_micros) FILTER (WHERE finalized), 0)::bigint, count(*)
-    FROM subscription_charges
-    GROUP BY 1, 2, 3, 4, 5, 6
-    ORDER BY 1, 2, 3, 4, 5, 6
-"""
+DAYS = _BY_VERSION.format(unit="day")
+MONTHS = _BY_VERSION.format(unit="month")
 
 NAMESPACE_DAYS = """
     SELECT c.cluster, date_trunc('day', c.hour, 'UTC'), v.namespace, c.source, c.currency,
