@@ -1,12 +1,15 @@
 """5,000 Subscriptions in 500 families, created at once, until every one is Ready.
 
-Why next to a raw create: how long convergence takes depends on the machine and on the API
-server far more than on our code, so the same Subscriptions are first created with no
-controller running (the API server's raw create time, the floor for "everything exists"),
-then deleted, then created again with the controller up; the second clock stops when the
-last one reports `Ready=True` (seen on one watch, so waiting costs the API server next to
-nothing). Both use the same concurrent client, in the same run, on a fresh control plane;
-it is httpx2, which costs the API server's floor next to nothing (httpx 0.29 did not).
+Why next to a floor: how long convergence takes depends on the machine and on the API server
+far more than on our code, so the same Subscriptions are first written with no controller
+running by a bare client doing, for each one, exactly the writes the controller must: the
+create, the finalizer PATCH (a JSON patch testing `resourceVersion`, as the controller's),
+the activating status write (`ready`, `activatedAt`, the `Ready` and `Active` conditions) and
+the `Activated` Event, each Subscription's four in order, all Subscriptions concurrently.
+Then they are deleted, and created again with the controller up; the second clock stops when
+the last one reports `Ready=True` (seen on one watch, so waiting costs the API server next to
+nothing). Both use the same concurrent client, in the same run, on a fresh control plane; it
+is httpx2, the controller's own HTTP stack. The raw create alone is timed too (orientation).
 
 Each family is the docs' tree (bundle; vm, disk, monitor below it; alert below monitor;
 spare below alert) plus four add-ons under the bundle: disk, monitor and alert need vm's
@@ -27,6 +30,7 @@ import argparse
 import asyncio
 import collections
 import dataclasses
+import datetime as dt
 import os
 import pathlib
 import random
@@ -39,14 +43,18 @@ from typing import Any
 
 import httpx2
 import msgspec
+from benchmarks import machine
 from prometheus_client.parser import text_string_to_metric_families
 
+from finops.api import bodies
+from finops.kube import events
 from finops_devenv import controlplane
 
 CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 GROUP = "/apis/finops.stakater.com/v1alpha1"
 API_VERSION = "finops.stakater.com/v1alpha1"
-TARGET_RATIO = 2.0
+TARGET_RATIO = 1.3
+FINALIZER = "subscriptions.finops.stakater.com/finalizer"
 FEE = {"period": "1h", "tickAlignment": "ActivatedAt", "priceMicros": 30000000}
 OFFERINGS = {
     "platform-core": [],
@@ -131,6 +139,93 @@ async def create_all(
         started = time.monotonic()
         await asyncio.gather(*(one(b) for b in bodies))
         return time.monotonic() - started
+
+
+def _activated(name: str, ns: str, uid: str, rv: str, now: str) -> tuple[Any, Any]:
+    """The status a Subscription is activated with, and its `Activated` Event."""
+    conditions = [
+        {
+            "type": kind,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+            "observedGeneration": 1,
+        }
+        for kind, reason, message in (
+            ("Ready", "ValidationSucceeded", "all gates passed"),
+            ("Active", "Activated", "the Subscription is active and billing"),
+        )
+    ]
+    status = {"status": {"ready": "True", "activatedAt": now, "conditions": conditions}}
+    involved: bodies.Object = {
+        "apiVersion": API_VERSION,
+        "kind": "Subscription",
+        "metadata": {"name": name, "namespace": ns, "uid": uid, "resourceVersion": rv},
+    }
+    event = events.event_body(
+        involved, "Normal", "Activated", "the Subscription is active", dt.datetime.now(dt.UTC)
+    )
+    return status, event
+
+
+async def floor_all(
+    cp: controlplane.ControlPlane, ns: str, bodies: list[dict[str, Any]], concurrency: int
+) -> float:
+    """For every body, concurrently: create, finalizer PATCH, activating status write,
+    `Activated` Event; seconds until the last is done."""
+    gate = asyncio.Semaphore(concurrency)
+    path = f"{GROUP}/namespaces/{ns}/subscriptions"
+    json_patch = {"Content-Type": "application/json-patch+json"}
+    merge = {"Content-Type": "application/merge-patch+json"}
+    async with _client(cp, concurrency) as client:
+
+        async def one(body: dict[str, Any]) -> None:
+            async with gate:
+                made = (await client.post(path, json=body)).raise_for_status().json()
+                meta = made["metadata"]
+                name, rv = meta["name"], meta["resourceVersion"]
+                ops = [
+                    {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+                    {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+                ]
+                patched = await client.patch(
+                    f"{path}/{name}", content=msgspec.json.encode(ops), headers=json_patch
+                )
+                rv = patched.raise_for_status().json()["metadata"]["resourceVersion"]
+                now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                status, event = _activated(name, ns, meta["uid"], rv, now)
+                written = await client.patch(
+                    f"{path}/{name}/status", content=msgspec.json.encode(status), headers=merge
+                )
+                written.raise_for_status()
+                posted = await client.post(f"/api/v1/namespaces/{ns}/events", json=event)
+                posted.raise_for_status()
+
+        started = time.monotonic()
+        await asyncio.gather(*(one(b) for b in bodies))
+        return time.monotonic() - started
+
+
+async def clear_floor(cp: controlplane.ControlPlane, ns: str, concurrency: int) -> None:
+    """Release the floor's finalizers, then delete its Subscriptions and Events."""
+    path = f"{GROUP}/namespaces/{ns}/subscriptions"
+    merge = {"Content-Type": "application/merge-patch+json"}
+    gate = asyncio.Semaphore(concurrency)
+    async with _client(cp, concurrency) as client:
+        listed = (await client.get(path)).raise_for_status().json()["items"]
+
+        async def release(item: dict[str, Any]) -> None:
+            async with gate:
+                body = msgspec.json.encode({"metadata": {"finalizers": None}})
+                name = item["metadata"]["name"]
+                (
+                    await client.patch(f"{path}/{name}", content=body, headers=merge)
+                ).raise_for_status()
+
+        await asyncio.gather(*(release(i) for i in listed))
+        (await client.delete(path)).raise_for_status()
+        (await client.delete(f"/api/v1/namespaces/{ns}/events")).raise_for_status()
 
 
 class _Meta(msgspec.Struct):
@@ -257,6 +352,16 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return found
 
 
+def wait_gone(cp: controlplane.ControlPlane, path: str, timeout: float = 120) -> None:
+    """Until the list at `path` is empty (deletes of many objects finish in the background)."""
+    deadline = time.monotonic() + timeout
+    with cp.http() as client:
+        while client.get(path).json()["items"]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{path} still lists objects after {timeout:.0f} s")
+            time.sleep(0.5)
+
+
 def wait_offerings_ready(cp: controlplane.ControlPlane, ns: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -336,6 +441,7 @@ class Size:
     reconciles: dict[str, float]
     cpu: dict[str, float]
     raw_cpu: dict[str, float]
+    created_raw: float
 
     @property
     def ratio(self) -> float:
@@ -350,13 +456,18 @@ def measure(families: int, args: Any) -> Size:
         subs_path = f"{GROUP}/namespaces/{ns}/subscriptions"
         bodies = subscriptions(ns, families)
 
-        # 1. The floor: the API server creating the very same objects, nobody reconciling.
+        # 1. The raw create (orientation), then the floor: the very writes the controller
+        # must make, by a bare client, nobody reconciling.
         planes = {name: p.pid for name, p in cp._procs}
-        raw_before = cpu_seconds(planes)
-        raw = asyncio.run(create_all(cp, subs_path, bodies, args.concurrency))
-        raw_cpu = {k: v - raw_before[k] for k, v in cpu_seconds(planes).items()}
+        created_raw = asyncio.run(create_all(cp, subs_path, bodies, args.concurrency))
         with cp.http(timeout=300) as client:
             client.delete(subs_path).raise_for_status()  # no finalizers yet: gone at once
+        wait_gone(cp, subs_path)
+        raw_before = cpu_seconds(planes)
+        raw = asyncio.run(floor_all(cp, ns, bodies, args.concurrency))
+        raw_cpu = {k: v - raw_before[k] for k, v in cpu_seconds(planes).items()}
+        asyncio.run(clear_floor(cp, ns, args.concurrency))
+        wait_gone(cp, subs_path)
 
         # 2. The controller up, its Offerings ready, then everything at once.
         metrics_port = controlplane.free_port()
@@ -385,30 +496,42 @@ def measure(families: int, args: Any) -> Size:
     requests[mine] = requests.get(mine, 0.0) - len(bodies)
     reconciles = {k: v - rec_before.get(k, 0.0) for k, v in rec_after.items()}
     cpu = {k: v - cpu_before[k] for k, v in cpu_after.items()}
-    return Size(families, len(bodies), raw, created, converged, requests, reconciles, cpu, raw_cpu)
+    return Size(
+        families,
+        len(bodies),
+        raw,
+        created,
+        converged,
+        requests,
+        reconciles,
+        cpu,
+        raw_cpu,
+        created_raw,
+    )
 
 
 def report(size: Size, label: str) -> None:
     n = size.subscriptions
     print(f"{label}: {n:,} Subscriptions in {size.families} families")
-    print(f"  raw API create (no controller):   {size.raw:8.2f} s  ({n / size.raw:6.0f} /s)")
+    print(f"  raw API create (orientation):     {size.created_raw:8.2f} s")
+    print(f"  floor (the controller's writes):  {size.raw:8.2f} s  ({n / size.raw:6.0f} /s)")
     print(f"  create with controller running:   {size.created:8.2f} s")
     rate = n / size.converged
     print(f"  create -> all Ready (controller): {size.converged:8.2f} s  ({rate:6.0f} /s)")
     print(
         f"  per Subscription: {size.converged / n * 1000:.2f} ms to Ready,"
-        f" {size.raw / n * 1000:.2f} ms raw create; ratio {size.ratio:.2f}"
+        f" {size.raw / n * 1000:.2f} ms floor; ratio {size.ratio:.2f}"
     )
     total = sum(size.reconciles.values())
     detail = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(size.reconciles.items()) if v)
     print(f"  reconciles: {total:,.0f} ({total / n:.2f} per Subscription; {detail})")
     raw_cpu = ", ".join(f"{k} {v:.1f} s" for k, v in size.raw_cpu.items())
     cpu = ", ".join(f"{k} {v:.1f} s" for k, v in size.cpu.items())
-    print(f"  CPU during raw create: {raw_cpu}")
+    print(f"  CPU during the floor:  {raw_cpu}")
     print(f"  CPU while converging:  {cpu}")
     api = ("kube-apiserver", "etcd")
     server = sum(size.cpu[k] for k in api) / sum(size.raw_cpu[k] for k in api)
-    print(f"  API server + etcd CPU, converging / raw create: {server:.2f}")
+    print(f"  API server + etcd CPU, converging / floor: {server:.2f}")
     print("  controller requests during convergence (API server counters, own creates excluded):")
     for (verb, resource, code), value in sorted(size.requests.items()):
         if value > 0:
@@ -426,21 +549,26 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",")]
     sizes: list[Size] = []
+    print(f"load at start: {machine.loadavg()}", flush=True)
     for scale in scales:
         families = max(1, args.families * scale // max(scales))
+        load = machine.loadavg()
         size = measure(families, args)
-        report(size, f"×{scale}")
+        report(size, f"×{scale} (load {load} → {machine.loadavg()})")
         sys.stdout.flush()
         sizes.append(size)
     last = sizes[-1]
     print(f"\nat {last.subscriptions:,} Subscriptions ({last.families} families):")
-    print(f"  ratio converged/raw create:       {last.ratio:8.2f}")
+    print(f"  ratio converged/floor:            {last.ratio:8.2f}")
     if len(sizes) > 1:
         first = sizes[0]
         growth = (last.converged / last.subscriptions) / (first.converged / first.subscriptions)
         print(f"  growth: time per Subscription ×{scales[-1]} / ×{scales[0]}: {growth:8.2f}")
     met = "met" if last.ratio <= TARGET_RATIO else "not met"
-    print(f"  target converged <= {TARGET_RATIO:.0f}× raw create:   {met}")
+    ratios = "/".join(f"{s.ratio:.2f}" for s in sizes)
+    print(f"  ratios at each size: {ratios}")
+    print(f"  target converged <= {TARGET_RATIO}× floor:   {met}")
+    print(f"load at end: {machine.loadavg()}")
     return 0
 
 

@@ -171,8 +171,17 @@ def p99(values: Sequence[float]) -> float:
 @contextlib.contextmanager
 def gateway(dsn: str) -> Iterator[httpx.Client]:
     """A real `finops-gateway` process on a free port, auth off; a kept-alive client to it."""
+    with gateway_process(dsn, CLUSTER) as (client, _):
+        yield client
+
+
+@contextlib.contextmanager
+def gateway_process(
+    dsn: str, cluster: str, timeout: float = 60
+) -> Iterator[tuple[httpx.Client, int]]:
+    """`gateway`, for `cluster`, with the process id (whose memory a benchmark may read)."""
     port = postgres.free_port()
-    env = dict(os.environ, PG_CONNECTION_STRING=dsn, PORT=str(port), CLUSTER_ID=CLUSTER)
+    env = dict(os.environ, PG_CONNECTION_STRING=dsn, PORT=str(port), CLUSTER_ID=cluster)
     env["ENABLE_AUTH"] = "false"
     proc = subprocess.Popen(
         [sys.executable, "-m", "finops.gateway.app"],
@@ -181,7 +190,7 @@ def gateway(dsn: str) -> Iterator[httpx.Client]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=timeout) as client:
             deadline = time.monotonic() + 60
             while True:
                 if proc.poll() is not None:
@@ -192,7 +201,7 @@ def gateway(dsn: str) -> Iterator[httpx.Client]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the gateway did not become healthy in 60 s")
                 time.sleep(0.2)
-            yield client
+            yield client, proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -36,6 +36,11 @@ EXPECTED_TABLES = {
     "schema_migrations",
     "budget_thresholds",
     "budget_evaluations",
+    # daily sums and the charge ledger's default partition (0021, 0022)
+    "charge_days",
+    "charge_months",
+    "charge_namespace_days",
+    "subscription_charges_default",
 }
 
 

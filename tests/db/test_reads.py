@@ -25,7 +25,7 @@ from tests.oracle import ledger as oracle_ledger
 pytestmark = pytest.mark.db
 
 NAMESPACES = ("team-a", "team-b")
-INDEX = "subscription_charges_by_version_hour"
+INDEX = "_by_version_hour"  # the partitions' (version, hour) indexes
 
 
 def _version(conn: psycopg.Connection[Any], namespace: str, n: int, rev: int) -> int:
@@ -169,7 +169,7 @@ def test_0004_replaces_the_version_index_with_version_and_hour(
         ).fetchall()
     )
     assert "subscription_charges_by_version" not in indexes
-    assert indexes[INDEX].endswith(
+    assert indexes["subscription_charges_by_version_hour"].endswith(
         "USING btree (subscription_version_id, hour)"
         " INCLUDE (cluster, subscription_uid, source, currency, amount_micros, finalized)"
     )

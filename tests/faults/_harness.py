@@ -48,6 +48,9 @@ CLUSTER = "faults"
 TENANT_LABELS = {"stakater.com/tenant": "acme", "team": "faults"}
 AGGREGATE = "namespace,pod,container"
 ALLOCATIONS, CHARGES = "allocations", "charges"
+CHARGE_WRITES = ("subscription_charges", "finops_charge_partition")
+"""The statements a charge run writes the ledger in: the charge rows, and the month partition
+it makes first when the month has none yet (which waits for any lock on the ledger too)."""
 FEE_SOURCE = "subscription"
 
 
@@ -408,13 +411,27 @@ def table_locked(dsn: str, table: str) -> Iterator[None]:
             conn.rollback()
 
 
-def waiting_on_lock(dsn: str, app: str, statement: str) -> int:
-    """How many of the jobs' sessions wait for a lock inside a statement containing `statement`."""
+def waiting_on_lock(dsn: str, app: str, *statements: str) -> int:
+    """How many of the jobs' sessions wait for a lock inside a statement containing any of
+    `statements`."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-            "AND wait_event_type = 'Lock' AND query ILIKE %s",
-            (app, f"%{statement}%"),
+            "AND wait_event_type = 'Lock' AND query ILIKE ANY(%s)",
+            (app, [f"%{s}%" for s in statements]),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def asking_for_migration_lock(dsn: str, app: str) -> int:
+    """How many of the jobs' sessions are asking for the migrations' advisory lock: the
+    runner asks again and again (`pg_try_advisory_lock`) rather than blocking in the server,
+    so such a session sits idle between tries with that question as its last statement."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+            "AND query ILIKE '%%pg_try_advisory_lock%%'",
+            (app,),
         ).fetchone()
     return int(row[0]) if row else 0
 

@@ -157,8 +157,7 @@ def test_a_run_that_finds_its_subscriptions_released_meanwhile_still_succeeds(
         h.wait_until(
             "the charge run waiting for the ledger",
             lambda: (
-                h.waiting_on_lock(uni.dsn, uni.app, "pg_advisory_lock") > 0
-                or proc.proc.poll() is not None
+                h.asking_for_migration_lock(uni.dsn, uni.app) > 0 or proc.proc.poll() is not None
             ),
         )
         assert proc.proc.poll() is None, proc.output()

@@ -72,7 +72,7 @@ def failed_run(uni: h.Universe, pg: postgres.PostgresCluster, hour: Any, fault: 
             h.wait_until(
                 "the charge transaction waiting",
                 lambda: (
-                    h.waiting_on_lock(uni.dsn, uni.app, "subscription_charges") > 0
+                    h.waiting_on_lock(uni.dsn, uni.app, *h.CHARGE_WRITES) > 0
                     or proc.proc.poll() is not None
                 ),
             )

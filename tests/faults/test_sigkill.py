@@ -37,8 +37,8 @@ SUBSCRIPTIONS = 24
 KINDS = {h.ALLOCATIONS: ("spread", "phase", "lock"), h.CHARGES: ("spread", "phase", "lock")}
 PHASE_ANCHOR = {h.ALLOCATIONS: ("collecting", "wrote"), h.CHARGES: ("ledger:", "run ")}
 LOCKED = {
-    h.ALLOCATIONS: ("provider_allocations", "INSERT INTO provider_allocations"),
-    h.CHARGES: ("subscription_charges", "subscription_charges"),
+    h.ALLOCATIONS: ("provider_allocations", ("INSERT INTO provider_allocations",)),
+    h.CHARGES: ("subscription_charges", h.CHARGE_WRITES),
 }
 LOCK_LABEL = {
     h.ALLOCATIONS: "merge waiting after its COPY",
@@ -68,13 +68,13 @@ class Killer:
     def attempt(self, mode: str, hour: dt.datetime, kind: str, ref: h.Timeline) -> str | None:
         """The phase the run was killed in, or None when it finished before the kill."""
         if kind == "lock":
-            table, statement = LOCKED[mode]
+            table, statements = LOCKED[mode]
             with h.table_locked(self.faulted.dsn, table):
                 proc = self.faulted.spawn(mode, hour)
                 h.wait_until(
                     f"{mode} waiting on {table}",
                     lambda: (
-                        h.waiting_on_lock(self.faulted.dsn, self.faulted.app, statement) > 0
+                        h.waiting_on_lock(self.faulted.dsn, self.faulted.app, *statements) > 0
                         or proc.proc.poll() is not None
                     ),
                 )

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from finops.api import environment
 from finops.billing import periods
+from finops.store import partitions
 
 REQUIRED = (
     environment.Env.POSTGRES_CONNECTION_STRING,
@@ -54,8 +55,9 @@ class ControllerSettings:
     lease_duration_seconds: float = 15.0
     billing_env: tuple[tuple[str, str], ...] = ()
     """The billing-period settings (`FINOPS_BILLING_TIME_ZONE`, `FINOPS_PERIOD_GRACE_HOURS`)
-    set on the manager, checked at start and handed to the charge CronJobs' pods, which
-    close the periods."""
+    and the ledger retention (`FINOPS_LEDGER_RETENTION_MONTHS`, `..._ACTION`) set on the
+    manager, checked at start and handed to the charge CronJobs' pods, which close the
+    periods and retire old months."""
     workers: int = DEFAULT_WORKERS
     """Reconciles in flight (`FINOPS_WORKERS`). Each one mostly waits on the API server, so a
     burst of creates converges faster with four than with two; eight was slower while the
@@ -111,13 +113,19 @@ def _workers(env: Mapping[str, str]) -> int:
 
 
 def _billing(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The billing-period variables that are set, after checking them as the charge job
-    will (a bad time zone stops the manager here, not every charge run later)."""
+    """The billing-period and ledger-retention variables that are set, after checking them as
+    the charge job will (a bad time zone stops the manager here, not every charge run later)."""
     try:
         periods.Calendar.from_env(env)
-    except periods.SettingsError as exc:
+        partitions.Retention.from_env(env)
+    except (periods.SettingsError, partitions.SettingsError) as exc:
         raise ConfigError(str(exc)) from None
-    names = (environment.Env.FINOPS_BILLING_TIME_ZONE, environment.Env.FINOPS_PERIOD_GRACE_HOURS)
+    names = (
+        environment.Env.FINOPS_BILLING_TIME_ZONE,
+        environment.Env.FINOPS_PERIOD_GRACE_HOURS,
+        environment.Env.FINOPS_LEDGER_RETENTION_MONTHS,
+        environment.Env.FINOPS_LEDGER_RETENTION_ACTION,
+    )
     return tuple((n, env[n].strip()) for n in names if env.get(n, "").strip())
 
 

@@ -194,7 +194,7 @@ def _guard(
         except pool.LedgerUnavailable as exc:
             log.error("ledger read failed at %s: %s", pool.describe(settings.dsn), exc)
             return params.error(503, "the ledger is unavailable")
-        return JSONResponse({"from": params.rfc3339(start), "to": params.rfc3339(end), **body})
+        return params.Answer({"from": params.rfc3339(start), "to": params.rfc3339(end), **body})
 
     return guarded
 

@@ -150,7 +150,7 @@ class Api:
         self, request: Request, body: Callable[[Request], Awaitable[dict[str, Any]]]
     ) -> JSONResponse:
         try:
-            return JSONResponse(await body(request))
+            return params.Answer(await body(request))
         except RequestRefused as refused:
             message = refused.message or params.REFUSALS.get(refused.status, "refused")
             return params.error(refused.status, message)

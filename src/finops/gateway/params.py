@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import TypeVar
 
+import msgspec
 from starlette.responses import JSONResponse
 
 MAX_WINDOW = dt.timedelta(days=366)
@@ -81,6 +82,14 @@ def choice(params: Mapping[str, str], key: str, kind: type[E], default: E) -> E:
 def rfc3339(value: dt.datetime) -> str:
     """An aware time as RFC3339 in UTC with a `Z`."""
     return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+class Answer(JSONResponse):
+    """A JSON answer encoded by msgspec: the same compact UTF-8 JSON as Starlette's, several
+    times faster on the organisation-wide answers (tens of thousands of items)."""
+
+    def render(self, content: object) -> bytes:
+        return msgspec.json.encode(content)
 
 
 def error(status: int, message: str) -> JSONResponse:

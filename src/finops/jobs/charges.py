@@ -25,7 +25,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from lightkube import AsyncClient
@@ -43,6 +43,7 @@ from finops.kube import subscriptions as kube_subs
 from finops.store import allocations as store_allocations
 from finops.store import charge_inputs, charge_sql, pool, unit
 from finops.store import charges as store_charges
+from finops.store import partitions as store_partitions
 from finops.store import periods as store_periods
 
 log = logging.getLogger("finops.jobs.charges")
@@ -114,13 +115,33 @@ def _write(
     return written
 
 
+def _make_partitions(
+    conn: pool.Connection, windows: Iterable[charge_plan.Window], scheduled: dt.datetime
+) -> None:
+    """The month partitions the run writes in, made before (and outside) its write."""
+    spans = list(windows)
+    if not spans:
+        return
+    end = max(max(stop for _, stop in spans), scheduled)
+    with unit.begin(conn) as work:
+        store_partitions.ensure(conn, start=min(start for start, _ in spans), end=end)
+        work.commit()
+
+
 def read_settled(
     conn: pool.Connection, *, cluster: str, scheduled: dt.datetime, uids: Sequence[str]
 ) -> dict[str, list[buckets.Charge]]:
     """What the ledger holds for each Subscription's three buckets, fee rows included: on the
     `FromDB` path every `current` is this sum, never a recomputation."""
     spans = charges.ledger_windows(scheduled)
-    sums = store_charges.window_sums(conn, cluster=cluster, subscription_uids=uids, windows=spans)
+    (month, day), *rest = spans
+    so_far = store_charges.month_to_day_sums(
+        conn, cluster=cluster, subscription_uids=uids, month=month, day=day
+    )
+    sums = [
+        so_far,
+        *store_charges.window_sums(conn, cluster=cluster, subscription_uids=uids, windows=rest),
+    ]
     return {uid: charges.settled_charges(spans, [w.get(uid, {}) for w in sums]) for uid in uids}
 
 
@@ -131,9 +152,11 @@ def charge(
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
     calendar: periods.Calendar | None = None,
+    retention: store_partitions.Retention | None = None,
 ) -> LedgerResult:
     """Write every charge row of this run, close the billing periods that are settled and
-    book corrections of closed hours, then read back the sums the buckets need.
+    book corrections of closed hours, retire old closed months when a retention is set, then
+    read back the sums the buckets need.
 
     `conn` must be in autocommit mode (as `unit.session` opens it), so each unit of work is
     a real transaction.
@@ -143,6 +166,7 @@ def charge(
     inputs = _read(conn, cluster, scheduled, billed, closed)
     open_hours = dataclasses.replace(inputs, windows=rechecks.clip(inputs.windows, closed))
     tables = charge_plan.tables(billed, open_hours, scheduled)
+    _make_partitions(conn, open_hours.windows.values(), scheduled)
     done = _write(conn, cluster, tables, scheduled, inputs.boundary)
     closing = periods_job.settle(
         conn,
@@ -152,6 +176,14 @@ def charge(
         billed=billed,
         inputs=inputs,
     )
+    if retention is not None:
+        retired = store_partitions.retire(conn, retention)
+        if retired:
+            log.info(
+                "ledger retention: %s the partitions of %s",
+                "dropped" if retention.action is store_partitions.Action.DROP else "detached",
+                ", ".join(f"{m:%Y-%m}" for m in retired),
+            )
     settled = read_settled(
         conn, cluster=cluster, scheduled=scheduled, uids=[b.sub.uid for b in billed]
     )
@@ -165,6 +197,7 @@ def _ledger_pass(
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
     calendar: periods.Calendar,
+    retention: store_partitions.Retention | None = None,
 ) -> LedgerResult:
     if not job.dsn:
         raise pool.LedgerConnectionError(
@@ -174,7 +207,12 @@ def _ledger_pass(
     seconds = max(1, int(job.timeouts({}).database_init.total_seconds()))
     with unit.session(job.dsn, connect_timeout=seconds) as conn:
         return charge(
-            conn, cluster=job.cluster, scheduled=scheduled, billed=billed, calendar=calendar
+            conn,
+            cluster=job.cluster,
+            scheduled=scheduled,
+            billed=billed,
+            calendar=calendar,
+            retention=retention,
         )
 
 
@@ -261,16 +299,21 @@ async def collect(
     ledger: Callable[[Sequence[charge_plan.Billed]], LedgerResult] | None = None,
     namespace: str = "*",
     calendar: periods.Calendar | None = None,
+    retention: store_partitions.Retention | None = None,
 ) -> RunReport:
     """One run against the API and the ledger; failures are recorded per Subscription.
 
     `namespace` narrows the Subscriptions listed (the job itself always runs cluster-wide;
     tests sharing one API server use it to see only their own objects). `calendar` is the
-    billing-period setting (`run` parses it from the environment once).
+    billing-period setting and `retention` the ledger's (`run` parses both from the
+    environment once).
     """
     scheduled = job.scheduled_hour(now)
     calendar = calendar or job.calendar()
-    charge_ledger = ledger or functools.partial(_ledger_pass, job, scheduled, calendar=calendar)
+    retention = retention or job.retention()
+    charge_ledger = ledger or functools.partial(
+        _ledger_pass, job, scheduled, calendar=calendar, retention=retention
+    )
     run = _Run(client, now, scheduled, RunReport(scheduled))
     listed = _sort(await kube_subs.list_subscriptions(client, namespace), run)
     terms = await _read_terms(run, listed.activated)
@@ -510,14 +553,17 @@ async def run(
         return 1
     try:
         calendar = job.calendar()
-    except periods.SettingsError as exc:
+        retention = job.retention()
+    except (periods.SettingsError, store_partitions.SettingsError) as exc:
         log.error("%s", exc)
         return 1
     client = kube or AsyncClient(field_manager="finops-operator")
     started_at, started = now(), time.monotonic()
     try:
         try:
-            report = await collect(client, job, started_at, namespace=namespace, calendar=calendar)
+            report = await collect(
+                client, job, started_at, namespace=namespace, calendar=calendar, retention=retention
+            )
         except ApiError as exc:
             log.error("cannot list Subscriptions: %s", _describe(exc))
             error = f"cannot list Subscriptions: {_describe(exc)}"

@@ -17,7 +17,7 @@ from finops.api import environment, timeouts
 from finops.billing import periods
 from finops.collection import plan
 from finops.opencost import config as opencost_config
-from finops.store import pool
+from finops.store import partitions, pool
 
 OVERRIDES: tuple[str, ...] = (
     environment.Env.OPENCOST_CONNECTION_STRING,
@@ -30,7 +30,10 @@ OVERRIDES: tuple[str, ...] = (
 BILLING: tuple[str, ...] = (
     environment.Env.FINOPS_BILLING_TIME_ZONE,
     environment.Env.FINOPS_PERIOD_GRACE_HOURS,
+    environment.Env.FINOPS_LEDGER_RETENTION_MONTHS,
+    environment.Env.FINOPS_LEDGER_RETENTION_ACTION,
 )
+"""The billing-period and ledger-retention variables (the manager hands them to charge runs)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +49,8 @@ class JobSettings:
     hours_lookback: str | None
     overrides: Mapping[str, str]
     billing: Mapping[str, str]
-    """The billing-period variables as given (checked by `calendar`)."""
+    """The billing-period and retention variables as given (checked by `calendar` and
+    `retention`)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> JobSettings:
@@ -65,6 +69,11 @@ class JobSettings:
         """The billing periods these settings describe; `periods.SettingsError` names the bad
         variable."""
         return periods.Calendar.from_env(self.billing)
+
+    def retention(self) -> partitions.Retention:
+        """How many closed months the ledger keeps; `partitions.SettingsError` names the bad
+        variable."""
+        return partitions.Retention.from_env(self.billing)
 
     def scheduled_hour(self, now: dt.datetime) -> dt.datetime:
         """The hour this run is pinned to (`SCHEDULED_TIMESTAMP`, else `now`'s hour)."""

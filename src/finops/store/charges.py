@@ -35,6 +35,79 @@ UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
 """The columns a replayed charge row may change (everything but its idempotency key)."""
 
 
+# The watermarks without reading every fee row since the bound (that grew with the ledger's
+# history, every hourly run). Per Subscription: its first open hour (the partial index of open
+# rows), its first and last fee hour since the bound (two primary-key probes); then, from the
+# monthly sums, the first month whose fee rows in that span fall short of its hours (rows are
+# unique per hour, so a full count means no hole; the first month's rows before the span are
+# counted by one more probe and taken off). Only from a short month on are the fee rows read,
+# for the exact hole; the watermark is then one backward primary-key probe. Exact as
+# `tests/oracle/watermarks.py`, the statement it replaces.
+_WATERMARKS = """
+    WITH u AS (SELECT DISTINCT unnest(%(uids)s::text[]) AS uid),
+    open AS MATERIALIZED (
+        SELECT subscription_uid AS uid, min(hour) AS first_open FROM subscription_charges
+        WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)s) AND NOT finalized
+        GROUP BY 1
+    ), span AS MATERIALIZED (
+        SELECT u.uid, f.lo, l.hi, date_trunc('month', f.lo, 'UTC') AS lo_month, b.before
+        FROM u
+        CROSS JOIN LATERAL (
+            SELECT min(hour) AS lo FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = u.uid
+              AND source = 'subscription' {bound}) f
+        CROSS JOIN LATERAL (
+            SELECT max(hour) AS hi FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = u.uid
+              AND source = 'subscription' {bound}) l
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS before FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
+              AND hour >= date_trunc('month', f.lo, 'UTC') AND hour < f.lo) b
+        WHERE f.lo IS NOT NULL
+    ), counted AS (
+        SELECT v.uid, m.month, sum(m.charge_rows) AS n
+        FROM charge_months m
+        JOIN subscription_versions v ON v.id = m.subscription_version_id
+        JOIN span s ON s.uid = v.uid
+        WHERE m.cluster = %(cluster)s AND v.cluster = %(cluster)s AND m.source = 'subscription'
+          AND m.month >= (SELECT min(lo_month) FROM span)
+          AND m.month >= s.lo_month AND m.month <= s.hi
+        GROUP BY 1, 2
+    ), short AS MATERIALIZED (
+        SELECT s.uid, min(g.month) AS month
+        FROM span s
+        CROSS JOIN LATERAL generate_series(s.lo_month, s.hi, interval '1 month') g(month)
+        LEFT JOIN counted c ON c.uid = s.uid AND c.month = g.month
+        WHERE coalesce(c.n, 0) - CASE WHEN g.month = s.lo_month THEN s.before ELSE 0 END
+              < extract(epoch FROM least(g.month + interval '1 month', s.hi + interval '1 hour')
+                                   - greatest(g.month, s.lo)) / 3600
+        GROUP BY s.uid
+    ), fee AS (
+        SELECT k.uid, c.hour,
+               lead(c.hour) OVER (PARTITION BY k.uid ORDER BY c.hour) AS next_hour
+        FROM short k JOIN span s ON s.uid = k.uid
+        JOIN subscription_charges c ON c.cluster = %(cluster)s
+             AND c.subscription_uid = k.uid AND c.source = 'subscription'
+             AND c.hour >= greatest(s.lo, k.month - interval '1 hour')
+    ), hole AS MATERIALIZED (
+        SELECT uid, min(hour) AS before_hole FROM fee
+        WHERE next_hour > hour + interval '1 hour'
+        GROUP BY uid
+    )
+    SELECT u.uid, w.hour FROM u
+    LEFT JOIN open o ON o.uid = u.uid
+    LEFT JOIN hole h ON h.uid = u.uid
+    CROSS JOIN LATERAL (
+        SELECT max(c.hour) AS hour FROM subscription_charges c
+        WHERE c.cluster = %(cluster)s AND c.subscription_uid = u.uid AND c.finalized
+          AND c.hour < coalesce(o.first_open, 'infinity')
+          AND c.hour <= coalesce(h.before_hole, 'infinity')
+    ) w
+    WHERE w.hour IS NOT NULL
+"""
+
+
 def watermarks(
     conn: psycopg.Connection[Any],
     *,
@@ -52,37 +125,9 @@ def watermarks(
     before it does not count: closed hours are never written again (a missing one becomes a
     correction), so the run resumes in the open periods.
     """
-    # MATERIALIZED: each per-Subscription bound is computed once. Right after a first run the
-    # table's statistics still say it is empty, and the planner then nested-looped the inlined
-    # window aggregate once per charge row (20 s for 3,750 rows instead of milliseconds).
-    # The closed periods' bound only when there is one (an `IS NULL OR` in the query would
-    # hide the index range from the planner).
     bound = "AND hour >= %(since)s - interval '1 hour'" if since is not None else ""
     rows = conn.execute(
-        f"""
-        WITH open AS MATERIALIZED (
-            SELECT subscription_uid, min(hour) AS first_open FROM subscription_charges
-            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b) AND NOT finalized
-            GROUP BY subscription_uid
-        ), fee AS (
-            SELECT subscription_uid, hour,
-                   lead(hour) OVER (PARTITION BY subscription_uid ORDER BY hour) AS next_hour
-            FROM subscription_charges
-            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
-              AND source = 'subscription' {bound}
-        ), hole AS MATERIALIZED (
-            SELECT subscription_uid, min(hour) AS before_hole FROM fee
-            WHERE next_hour > hour + interval '1 hour'
-            GROUP BY subscription_uid
-        )
-        SELECT c.subscription_uid, max(c.hour) FROM subscription_charges c
-        LEFT JOIN open o USING (subscription_uid)
-        LEFT JOIN hole h USING (subscription_uid)
-        WHERE c.cluster = %(cluster)s AND c.subscription_uid = ANY(%(uids)b) AND c.finalized
-          AND c.hour < coalesce(o.first_open, 'infinity')
-          AND c.hour <= coalesce(h.before_hole, 'infinity')
-        GROUP BY c.subscription_uid
-        """.encode(),
+        _WATERMARKS.format(bound=bound).encode(),
         {"cluster": cluster, "uids": list(subscription_uids), "since": since},
     ).fetchall()
     return {str(uid): hour.astimezone(dt.UTC) for uid, hour in rows}
@@ -128,4 +173,46 @@ def window_sums(
         for i, total in zip(where, totals, strict=True):
             if total is not None:
                 result[i].setdefault(str(uid), {})[str(source)] = int(total)
+    return result
+
+
+def month_to_day_sums(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    subscription_uids: Collection[str],
+    month: dt.datetime,
+    day: dt.datetime,
+) -> dict[str, dict[str, int]]:
+    """`sums` over `[month, day)`, where `month` starts a UTC month and `day` is a UTC day of
+    it: the month's sums (`charge_months`, kept by the ledger's triggers) less the rows from
+    `day` to the month's end. Why: the charge run reads this every hour, and from the rows
+    alone it costs every hour of the month so far; this way it costs the rows of one day."""
+    next_month = (month + dt.timedelta(days=32)).replace(day=1)
+    rows = conn.execute(
+        b"""
+        SELECT uid, source, sum(amount) FROM (
+            SELECT v.uid, m.source, m.amount_micros AS amount
+            FROM charge_months m JOIN subscription_versions v ON v.id = m.subscription_version_id
+            WHERE m.cluster = %(cluster)s AND m.month = %(month)s AND v.cluster = %(cluster)s
+              AND v.uid = ANY(%(uids)b)
+            UNION ALL
+            SELECT subscription_uid, source, -amount_micros FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
+              AND hour >= %(day)s AND hour < %(next)s
+        ) r
+        GROUP BY 1, 2
+        """,
+        {
+            "cluster": cluster,
+            "uids": list(subscription_uids),
+            "month": month,
+            "day": day,
+            "next": next_month,
+        },
+    ).fetchall()
+    result: dict[str, dict[str, int]] = {}
+    for uid, source, total in rows:
+        if total:
+            result.setdefault(str(uid), {})[str(source)] = int(total)
     return result

@@ -17,6 +17,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from finops.store import spans
+
 
 class Step(enum.StrEnum):
     """How wide one bucket of a series is (UTC)."""
@@ -71,6 +73,92 @@ def charged_namespaces(conn: psycopg.Connection[Any], *, cluster: str) -> list[s
     return [str(ns) for (ns,) in rows]
 
 
+_NAMESPACES = """
+    WITH v AS MATERIALIZED (
+        SELECT id, namespace, name FROM subscription_versions
+        WHERE cluster = %(cluster)s AND namespace = ANY(%(namespaces)s)
+    )
+"""
+_EDGE_HOURS = """
+    FROM subscription_charges c JOIN v ON v.id = c.subscription_version_id
+    WHERE c.cluster = %(cluster)s
+      AND ((c.hour >= %(start)s AND c.hour < %(day_lo)s)
+           OR (c.hour >= %(day_hi)s AND c.hour < %(end)s))
+"""
+# By day and source: the namespaces' daily sums, and the hours around the whole days.
+_SOURCE_SERIES = f"""
+    {_NAMESPACES}
+    SELECT bucket, source, currency, sum(amount) FROM (
+        SELECT c.day AS bucket, c.source, c.currency, c.amount_micros AS amount
+        FROM charge_namespace_days c
+        JOIN (SELECT DISTINCT unnest(%(namespaces)s::text[]) AS namespace) n USING (namespace)
+        WHERE c.cluster = %(cluster)s AND c.day >= %(day_lo)s AND c.day < %(day_hi)s
+        UNION ALL
+        SELECT date_trunc('day', c.hour, 'UTC'), c.source, c.currency, c.amount_micros
+        {_EDGE_HOURS}
+    ) u
+    GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
+"""
+# By day and Subscription: the versions' daily sums, and the hours around the whole days.
+_SUBSCRIPTION_SERIES = f"""
+    {_NAMESPACES}
+    SELECT bucket, key, currency, sum(amount) FROM (
+        SELECT c.day AS bucket, v.namespace || '/' || v.name AS key, c.currency,
+               c.amount_micros AS amount
+        FROM charge_days c JOIN v ON v.id = c.subscription_version_id
+        WHERE c.cluster = %(cluster)s AND c.day >= %(day_lo)s AND c.day < %(day_hi)s
+        UNION ALL
+        SELECT date_trunc('day', c.hour, 'UTC'), v.namespace || '/' || v.name, c.currency,
+               c.amount_micros
+        {_EDGE_HOURS}
+    ) u
+    GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
+"""
+# Per Subscription and source: the monthly sums of the whole months, the daily sums of the
+# whole days around them, the hours around those; summed by version ids (integers) first.
+_BREAKDOWN = f"""
+    {_NAMESPACES}
+    SELECT v.namespace, v.name, o.namespace, o.name, r.source, r.currency, sum(r.amount),
+           sum(r.final)
+    FROM (
+        SELECT sv, ov, source, currency, sum(amount) AS amount, sum(final) AS final FROM (
+            SELECT c.subscription_version_id AS sv, c.offering_version_id AS ov, c.source,
+                   c.currency, c.amount_micros AS amount, c.finalized_micros AS final
+            FROM charge_months c
+            WHERE c.cluster = %(cluster)s AND c.month >= %(month_lo)s AND c.month < %(month_hi)s
+              AND c.subscription_version_id IN (SELECT id FROM v)
+            UNION ALL
+            SELECT c.subscription_version_id, c.offering_version_id, c.source, c.currency,
+                   c.amount_micros, c.finalized_micros
+            FROM charge_days c
+            WHERE c.cluster = %(cluster)s AND c.subscription_version_id IN (SELECT id FROM v)
+              AND ((c.day >= %(day_lo)s AND c.day < %(month_lo)s)
+                   OR (c.day >= %(month_hi)s AND c.day < %(day_hi)s))
+            UNION ALL
+            SELECT c.subscription_version_id, c.offering_version_id, c.source, c.currency,
+                   c.amount_micros, CASE WHEN c.finalized THEN c.amount_micros ELSE 0 END
+            {_EDGE_HOURS}
+        ) u
+        GROUP BY 1, 2, 3, 4
+    ) r
+    JOIN v ON v.id = r.sv
+    JOIN offering_versions o ON o.id = r.ov
+    GROUP BY 1, 2, 3, 4, 5, 6
+    ORDER BY 1, 2, 3, 4, 5, 6
+"""
+_HOURLY_SERIES = """
+    SELECT c.hour AS bucket, {key} AS key, c.currency, sum(c.amount_micros)
+    FROM subscription_charges c
+    JOIN subscription_versions v ON v.id = c.subscription_version_id
+    WHERE c.cluster = %(cluster)s AND v.cluster = %(cluster)s
+      AND v.namespace = ANY(%(namespaces)s)
+      AND c.hour >= %(start)s AND c.hour < %(end)s
+    GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
+"""
+
 _SERIES_KEYS = {
     GroupBy.SOURCE: sql.SQL("c.source"),
     GroupBy.SUBSCRIPTION: sql.SQL("v.namespace || '/' || v.name"),
@@ -94,21 +182,14 @@ def cost_series(
     _check_window(start, end)
     if not namespaces:
         return []
-    query = sql.SQL(
-        """
-        SELECT date_trunc(%s, c.hour, 'UTC') AS bucket, {key} AS key, c.currency,
-               sum(c.amount_micros)
-        FROM subscription_charges c
-        JOIN subscription_versions v ON v.id = c.subscription_version_id
-        WHERE c.cluster = %s AND v.cluster = %s AND v.namespace = ANY(%s)
-          AND c.hour >= %s AND c.hour < %s
-        GROUP BY 1, 2, 3
-        ORDER BY 1, 2, 3
-        """
-    ).format(key=_SERIES_KEYS[group_by])
+    query: sql.Composable
+    if step is Step.DAY:
+        daily = _SOURCE_SERIES if group_by is GroupBy.SOURCE else _SUBSCRIPTION_SERIES
+        query = sql.SQL(daily)
+    else:
+        query = sql.SQL(_HOURLY_SERIES).format(key=_SERIES_KEYS[group_by])
     rows = conn.execute(
-        query,
-        (step.value, cluster, cluster, list(namespaces), start, end),
+        query, spans.params(cluster, start, end, namespaces=list(namespaces))
     ).fetchall()
     return [
         SeriesPoint(
@@ -134,19 +215,7 @@ def cost_breakdown(
     if not namespaces:
         return []
     rows = conn.execute(
-        """
-        SELECT v.namespace, v.name, o.namespace, o.name, c.source, c.currency,
-               sum(c.amount_micros),
-               coalesce(sum(c.amount_micros) FILTER (WHERE c.finalized), 0)
-        FROM subscription_charges c
-        JOIN subscription_versions v ON v.id = c.subscription_version_id
-        JOIN offering_versions o ON o.id = c.offering_version_id
-        WHERE c.cluster = %s AND v.cluster = %s AND v.namespace = ANY(%s)
-          AND c.hour >= %s AND c.hour < %s
-        GROUP BY 1, 2, 3, 4, 5, 6
-        ORDER BY 1, 2, 3, 4, 5, 6
-        """,
-        (cluster, cluster, list(namespaces), start, end),
+        _BREAKDOWN, spans.params(cluster, start, end, namespaces=list(namespaces))
     ).fetchall()
     return [
         BreakdownRow(

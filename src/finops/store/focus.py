@@ -58,6 +58,13 @@ _CORRECTION_ORDER = (
 _cursor_ids = itertools.count()
 
 
+def export_query() -> str:
+    """The statement the export reads a window's charges of every namespace with (named
+    parameters: cluster, start, end, unsettled); public so the export's benchmark can run the
+    very same one as a `COPY`."""
+    return _CHARGES + _ORDER
+
+
 class LedgerReadError(RuntimeError):
     """The ledger could not be read; the message is the server's, never the DSN."""
 

@@ -8,6 +8,17 @@ then finds nothing left to do. Each migration runs in its own transaction togeth
 Files are `NNNN_name.sql`, shipped in `finops/store/migrations/`; `FINOPS_MIGRATION_DIR`
 points elsewhere (handy outside the image). Run `python -m finops.store.migrate` to apply
 them with the DSN from `POSTGRES_CONNECTION_STRING`.
+
+Online migrations. Work that must not hold a lock on a busy table for long (copying a large
+table in batches, `CREATE INDEX CONCURRENTLY`) cannot run inside one transaction. A file whose
+first line is `-- finops:online` is applied outside a transaction as a list of steps separated
+by lines `-- finops:step`: each step is sent on its own (several statements in one step share
+one transaction; a step may hold one statement PostgreSQL refuses inside a transaction), and
+a step that opens with `-- finops:step each` is a query whose rows are statements, run one
+after the other, each in its own transaction (how a step loops over partitions or batches).
+The file is recorded as applied after its last step. Interrupted, it starts again from its
+first step on the next run, so every step must be safe to repeat. Other processes wait on
+the advisory lock meanwhile, as for any migration; writers already connected go on.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ import os
 import pathlib
 import re
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from importlib.resources.abc import Traversable
 from typing import Any
@@ -35,6 +47,9 @@ LOCK_KEY = int.from_bytes(
 """The advisory lock every migrating process takes (one 64-bit key, fixed forever)."""
 
 _FILE_NAME = re.compile(r"^(\d{4})_([A-Za-z0-9_]+)\.sql$")
+ONLINE_MARK = "-- finops:online"
+STEP_MARK = "-- finops:step"
+EACH_MARK = "-- finops:step each"
 
 _CREATE_TABLE = b"""
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -65,6 +80,36 @@ class Migration:
     @property
     def filename(self) -> str:
         return f"{self.version:04d}_{self.name}.sql"
+
+    @property
+    def online(self) -> bool:
+        """Applied step by step outside a transaction (see the module's docstring)."""
+        return self.sql.startswith(ONLINE_MARK)
+
+    def steps(self) -> list[Step]:
+        """The steps of an online migration, in order (empty ones dropped)."""
+        found: list[Step] = []
+        kind_each = False
+        lines: list[str] = []
+        for line in [*self.sql.splitlines(), STEP_MARK]:
+            if line.rstrip() in (STEP_MARK, EACH_MARK):
+                text = "\n".join(lines).strip()
+                if any(ln.strip() and not ln.lstrip().startswith("--") for ln in lines):
+                    found.append(Step(text, each=kind_each))
+                kind_each = line.rstrip() == EACH_MARK
+                lines = []
+            else:
+                lines.append(line)
+        return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step of an online migration: SQL sent as it is, or (`each`) a query whose rows are
+    the statements to run."""
+
+    sql: str
+    each: bool = False
 
 
 def migration_dir(environ: Mapping[str, str] | None = None) -> Traversable:
@@ -110,7 +155,7 @@ def apply(
         raise MigrationError("migrations need a connection that is not inside a transaction")
     pending_source = load() if migrations is None else list(migrations)
     applied_now: list[Migration] = []
-    _execute_committed(conn, b"SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+    _lock(conn)
     try:
         _execute_committed(conn, _CREATE_TABLE)
         done = _applied(conn)
@@ -131,6 +176,20 @@ def apply(
                 conn.rollback()
             _execute_committed(conn, b"SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
     return applied_now
+
+
+def _lock(conn: psycopg.Connection[Any]) -> None:
+    """Take the advisory lock, asking again until granted. Why not `pg_advisory_lock`: a
+    process blocked in it holds a snapshot, and `CREATE INDEX CONCURRENTLY` in the holder's
+    online migration waits for every older snapshot to end: the two would wait for each other."""
+    delay = 0.05
+    while True:
+        with conn.transaction():
+            row = conn.execute(b"SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
+        if row is not None and row[0]:
+            return
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 def _applied(conn: psycopg.Connection[Any]) -> dict[int, str]:
@@ -154,6 +213,9 @@ def _execute_committed(
 
 
 def _apply_one(conn: psycopg.Connection[Any], migration: Migration) -> None:
+    if migration.online:
+        _apply_online(conn, migration)
+        return
     try:
         with conn.transaction():
             # No parameters: psycopg sends the file as one simple query, so a file may hold
@@ -165,6 +227,36 @@ def _apply_one(conn: psycopg.Connection[Any], migration: Migration) -> None:
             )
     except psycopg.Error as exc:
         raise MigrationError(f"{migration.filename} failed and was rolled back: {exc}") from exc
+
+
+def _apply_online(conn: psycopg.Connection[Any], migration: Migration) -> None:
+    """Run each step in autocommit, then record the file; a failing step stops the file."""
+    was_autocommit = conn.autocommit
+    conn.autocommit = True
+    try:
+        for number, step in enumerate(migration.steps(), start=1):
+            try:
+                _run_step(conn, step)
+            except psycopg.Error as exc:
+                raise MigrationError(
+                    f"{migration.filename} stopped at step {number} (it starts again from its "
+                    f"first step next time): {exc}"
+                ) from exc
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+            (migration.version, migration.name, migration.checksum),
+        )
+    finally:
+        conn.autocommit = was_autocommit
+
+
+def _run_step(conn: psycopg.Connection[Any], step: Step) -> None:
+    if not step.each:
+        conn.execute(step.sql.encode())
+        return
+    statements = [str(row[0]) for row in conn.execute(step.sql.encode()).fetchall()]
+    for statement in statements:
+        conn.execute(statement.encode())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

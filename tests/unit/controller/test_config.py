@@ -101,3 +101,19 @@ def test_billing_period_settings_are_checked_at_start_and_kept_for_the_charge_jo
         config.from_env({**FULL, "FINOPS_BILLING_TIME_ZONE": "Asia/Kolkata"})
     with pytest.raises(config.ConfigError, match="FINOPS_PERIOD_GRACE_HOURS"):
         config.from_env({**FULL, "FINOPS_PERIOD_GRACE_HOURS": "a day"})
+
+
+def test_ledger_retention_is_checked_at_start_and_kept_for_the_charge_jobs() -> None:
+    env = {
+        **FULL,
+        "FINOPS_LEDGER_RETENTION_MONTHS": "13",
+        "FINOPS_LEDGER_RETENTION_ACTION": "drop",
+    }
+    assert config.from_env(env).billing_env == (
+        ("FINOPS_LEDGER_RETENTION_MONTHS", "13"),
+        ("FINOPS_LEDGER_RETENTION_ACTION", "drop"),
+    )
+    with pytest.raises(config.ConfigError, match="FINOPS_LEDGER_RETENTION_MONTHS"):
+        config.from_env({**FULL, "FINOPS_LEDGER_RETENTION_MONTHS": "a year"})
+    with pytest.raises(config.ConfigError, match="FINOPS_LEDGER_RETENTION_ACTION"):
+        config.from_env({**FULL, "FINOPS_LEDGER_RETENTION_ACTION": "archive"})

@@ -1,0 +1,105 @@
+"""The watermarks (read through the daily sums and index probes) equal the exact ones read
+from every charge row (tests/oracle/watermarks.py), whatever holes and open hours there are."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import psycopg
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from finops.store import charges as store_charges
+from finops.store import mirror
+from tests.db import builders
+from tests.oracle import watermarks as oracle
+
+BASE = dt.datetime(2026, 4, 28, 19, tzinfo=dt.UTC)
+"""Generated hours start here and run over several UTC midnights."""
+SPAN = 110
+UIDS = ("uid-0", "uid-1", "uid-2")
+
+_subscription = st.fixed_dictionaries(
+    {
+        "first": st.integers(0, 40),
+        "length": st.integers(0, SPAN - 41),
+        "missing": st.sets(st.integers(0, SPAN), max_size=6),
+        "open_from": st.one_of(st.none(), st.integers(0, SPAN)),
+        "usage_open": st.sets(st.integers(0, SPAN), max_size=2),
+        "relabel": st.one_of(st.none(), st.integers(0, SPAN)),
+    }
+)
+
+
+def _versions(conn: psycopg.Connection[Any]) -> tuple[int, dict[tuple[str, int], int]]:
+    offering = builders.offering_version(conn)
+    versions = {}
+    for uid in UIDS:
+        for generation in (1, 2):
+            versions[(uid, generation)] = mirror.upsert_subscription_version(
+                conn,
+                cluster=builders.CLUSTER,
+                uid=uid,
+                namespace="team-a",
+                name=uid,
+                generation=generation,
+                resource_version=str(generation),
+                spec={},
+                namespace_labels={},
+            )
+    return offering, versions
+
+
+def _rows(
+    uid: str, sub: dict[str, Any], offering: int, versions: dict[tuple[str, int], int]
+) -> list[tuple[Any, ...]]:
+    out = []
+    for h in range(sub["first"], sub["first"] + sub["length"] + 1):
+        hour = BASE + dt.timedelta(hours=h)
+        version = versions[(uid, 2 if sub["relabel"] is not None and h >= sub["relabel"] else 1)]
+        final = sub["open_from"] is None or h < sub["open_from"]
+        if h not in sub["missing"]:
+            out.append((uid, hour, "subscription", final, offering, version))
+        out.append((uid, hour, "cpuHour", final and h not in sub["usage_open"], offering, version))
+    return out
+
+
+@seed(20261207)
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    subs=st.lists(_subscription, min_size=1, max_size=3),
+    since=st.one_of(st.none(), st.integers(0, SPAN)),
+)
+def test_the_watermarks_equal_the_exact_ones(
+    ledger_dsn: str, subs: list[dict[str, Any]], since: int | None
+) -> None:
+    bound = None if since is None else BASE + dt.timedelta(hours=since)
+    with psycopg.connect(ledger_dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE subscription_charges")
+        offering, versions = _versions(conn)
+        rows = [
+            r
+            for uid, sub in zip(UIDS, subs, strict=False)
+            for r in _rows(uid, sub, offering, versions)
+        ]
+        with conn.cursor() as cur:
+            cur.executemany(
+                """
+                INSERT INTO subscription_charges (cluster, subscription_uid, hour, source,
+                    quantity, unit_price_micros, amount_micros, currency, finalized,
+                    offering_version_id, subscription_version_id)
+                VALUES (%s, %s, %s, %s, 1, 1, 1, 'EUR', %s, %s, %s)
+                """,
+                [(builders.CLUSTER, *r) for r in rows],
+            )
+        args: dict[str, Any] = {
+            "cluster": builders.CLUSTER,
+            "subscription_uids": [*UIDS, "uid-never"],
+            "since": bound,
+        }
+        assert store_charges.watermarks(conn, **args) == oracle.watermarks(conn, **args)
