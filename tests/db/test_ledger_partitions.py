@@ -129,9 +129,9 @@ def test_retention_settings_are_read_and_checked_by_name() -> None:
     assert partitions.Retention.from_env({months: "13", action: "drop"}) == partitions.Retention(
         13, partitions.Action.DROP
     )
-    with pytest.raises(partitions.SettingsError, match=months):
+    with pytest.raises(partitions.RetentionSettingsError, match=months):
         partitions.Retention.from_env({months: "0"})
-    with pytest.raises(partitions.SettingsError, match=action):
+    with pytest.raises(partitions.RetentionSettingsError, match=action):
         partitions.Retention.from_env({months: "3", action: "archive"})
 
 

@@ -118,7 +118,7 @@ def _billing(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     try:
         periods.Calendar.from_env(env)
         partitions.Retention.from_env(env)
-    except (periods.SettingsError, partitions.SettingsError) as exc:
+    except (periods.SettingsError, partitions.RetentionSettingsError) as exc:
         raise ConfigError(str(exc)) from None
     names = (
         environment.Env.FINOPS_BILLING_TIME_ZONE,

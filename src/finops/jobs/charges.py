@@ -554,7 +554,7 @@ async def run(
     try:
         calendar = job.calendar()
         retention = job.retention()
-    except (periods.SettingsError, store_partitions.SettingsError) as exc:
+    except (periods.SettingsError, store_partitions.RetentionSettingsError) as exc:
         log.error("%s", exc)
         return 1
     client = kube or AsyncClient(field_manager="finops-operator")

@@ -71,8 +71,8 @@ class JobSettings:
         return periods.Calendar.from_env(self.billing)
 
     def retention(self) -> partitions.Retention:
-        """How many closed months the ledger keeps; `partitions.SettingsError` names the bad
-        variable."""
+        """How many closed months the ledger keeps; `partitions.RetentionSettingsError` names
+        the bad variable."""
         return partitions.Retention.from_env(self.billing)
 
     def scheduled_hour(self, now: dt.datetime) -> dt.datetime:

@@ -58,11 +58,11 @@ _CORRECTION_ORDER = (
 _cursor_ids = itertools.count()
 
 
-def export_query() -> str:
-    """The statement the export reads a window's charges of every namespace with (named
-    parameters: cluster, start, end, unsettled); public so the export's benchmark can run the
+def export_query(namespace: str | None = None) -> str:
+    """The statement the export reads a window's charges with, of one namespace or all (named
+    parameters: cluster, start, end, namespace, unsettled); the export's benchmark runs the
     very same one as a `COPY`."""
-    return _CHARGES + _ORDER
+    return _CHARGES + (_ONE_NAMESPACE if namespace is not None else "") + _ORDER
 
 
 class LedgerReadError(RuntimeError):
@@ -141,7 +141,7 @@ def charges(
         "namespace": namespace,
         "unsettled": include_unsettled,
     }
-    for query in (_CHARGES + one + _ORDER, _CORRECTIONS + one + _CORRECTION_ORDER):
+    for query in (export_query(namespace), _CORRECTIONS + one + _CORRECTION_ORDER):
         yield from _stream(conn, query, params, batch)
 
 

@@ -86,16 +86,16 @@ class Migration:
         """Applied step by step outside a transaction (see the module's docstring)."""
         return self.sql.startswith(ONLINE_MARK)
 
-    def steps(self) -> list[Step]:
+    def steps(self) -> list[MigrationStep]:
         """The steps of an online migration, in order (empty ones dropped)."""
-        found: list[Step] = []
+        found: list[MigrationStep] = []
         kind_each = False
         lines: list[str] = []
         for line in [*self.sql.splitlines(), STEP_MARK]:
             if line.rstrip() in (STEP_MARK, EACH_MARK):
                 text = "\n".join(lines).strip()
                 if any(ln.strip() and not ln.lstrip().startswith("--") for ln in lines):
-                    found.append(Step(text, each=kind_each))
+                    found.append(MigrationStep(text, each=kind_each))
                 kind_each = line.rstrip() == EACH_MARK
                 lines = []
             else:
@@ -104,7 +104,7 @@ class Migration:
 
 
 @dataclasses.dataclass(frozen=True)
-class Step:
+class MigrationStep:
     """One step of an online migration: SQL sent as it is, or (`each`) a query whose rows are
     the statements to run."""
 
@@ -250,7 +250,7 @@ def _apply_online(conn: psycopg.Connection[Any], migration: Migration) -> None:
         conn.autocommit = was_autocommit
 
 
-def _run_step(conn: psycopg.Connection[Any], step: Step) -> None:
+def _run_step(conn: psycopg.Connection[Any], step: MigrationStep) -> None:
     if not step.each:
         conn.execute(step.sql.encode())
         return

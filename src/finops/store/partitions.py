@@ -28,7 +28,7 @@ from finops.api import environment
 _PARTITION = re.compile(r"^subscription_charges_y(\d{4})m(\d{2})$")
 
 
-class SettingsError(ValueError):
+class RetentionSettingsError(ValueError):
     """A retention setting cannot be read; the message names the variable."""
 
 
@@ -55,7 +55,7 @@ class Retention:
         months = None
         if raw:
             if not raw.isdigit() or int(raw) < 1:
-                raise SettingsError(
+                raise RetentionSettingsError(
                     f"{months_name} must be a whole number of months (1 or more), got {raw!r}"
                 )
             months = int(raw)
@@ -64,7 +64,7 @@ class Retention:
             action = Action(action_raw)
         except ValueError:
             choices = ", ".join(a.value for a in Action)
-            raise SettingsError(
+            raise RetentionSettingsError(
                 f"{action_name} must be one of {choices}, got {action_raw!r}"
             ) from None
         return cls(months, action)
