@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import importlib.resources
 import json
+import logging
 import os
 import pathlib
 import re
@@ -40,6 +41,8 @@ import psycopg
 from psycopg import pq
 
 from finops.api import environment
+
+log = logging.getLogger(__name__)
 
 LOCK_KEY = int.from_bytes(
     hashlib.sha256(b"finops.schema_migrations").digest()[:8], "big", signed=True
@@ -183,13 +186,22 @@ def _lock(conn: psycopg.Connection[Any]) -> None:
     process blocked in it holds a snapshot, and `CREATE INDEX CONCURRENTLY` in the holder's
     online migration waits for every older snapshot to end: the two would wait for each other."""
     delay = 0.05
-    while True:
-        with conn.transaction():
+    was_autocommit = conn.autocommit
+    # Each try a statement of its own: no transaction (so no snapshot) spans the sleeps, and
+    # the try stays the session's last statement, which is what pg_stat_activity shows of a
+    # process waiting here.
+    conn.autocommit = True
+    try:
+        while True:
             row = conn.execute(b"SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
-        if row is not None and row[0]:
-            return
-        time.sleep(delay)
-        delay = min(delay * 2, 1.0)
+            if row is not None and row[0]:
+                return
+            if delay == 0.05:
+                log.info("waiting for another process's schema migrations to finish")
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+    finally:
+        conn.autocommit = was_autocommit
 
 
 def _applied(conn: psycopg.Connection[Any]) -> dict[int, str]:
