@@ -201,6 +201,25 @@ def install(
         lambda: workloads_available(node, namespace),
         timeout,
     )
+    wait_for(
+        node,
+        f"the admission webhooks of release {release} answering through their Service",
+        lambda: webhooks_answer(node, namespace),
+        60,
+    )
+
+
+def webhooks_answer(node: realnode.RealNode, namespace: str) -> bool:
+    """Whether the API server reaches the manager's webhooks: a server-side dry run of an
+    example Offering gets their answer (allowed or denied). An Available manager is not enough:
+    kube-proxy may not have programmed the Service's endpoints yet, and a create then fails
+    with "failed calling webhook"."""
+    offering = next(d for d in examples() if d["kind"] == "Offering")
+    probe = {**offering, "metadata": {**offering["metadata"], "namespace": namespace}}
+    done = node.kubectl(
+        "apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(probe), check=False
+    )
+    return "failed calling webhook" not in done.stderr + done.stdout
 
 
 def values_file(values: Mapping[str, Any], workdir: pathlib.Path) -> str:
