@@ -23,9 +23,11 @@ the advisory lock meanwhile, as for any migration; writers already connected go 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.resources
+import itertools
 import json
 import logging
 import os
@@ -33,7 +35,7 @@ import pathlib
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib.resources.abc import Traversable
 from typing import Any
 
@@ -186,20 +188,27 @@ def _lock(conn: psycopg.Connection[Any]) -> None:
     process blocked in it holds a snapshot, and `CREATE INDEX CONCURRENTLY` in the holder's
     online migration waits for every older snapshot to end: the two would wait for each other."""
     delay = 0.05
-    was_autocommit = conn.autocommit
     # Each try a statement of its own: no transaction (so no snapshot) spans the sleeps, and
     # the try stays the session's last statement, which is what pg_stat_activity shows of a
     # process waiting here.
-    conn.autocommit = True
-    try:
-        while True:
+    with _autocommit(conn):
+        for tries in itertools.count():
             row = conn.execute(b"SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
             if row is not None and row[0]:
                 return
-            if delay == 0.05:
+            if tries == 0:
                 log.info("waiting for another process's schema migrations to finish")
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+
+@contextlib.contextmanager
+def _autocommit(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Autocommit for the block, the connection's own mode after it."""
+    was_autocommit = conn.autocommit
+    conn.autocommit = True
+    try:
+        yield
     finally:
         conn.autocommit = was_autocommit
 
@@ -243,9 +252,7 @@ def _apply_one(conn: psycopg.Connection[Any], migration: Migration) -> None:
 
 def _apply_online(conn: psycopg.Connection[Any], migration: Migration) -> None:
     """Run each step in autocommit, then record the file; a failing step stops the file."""
-    was_autocommit = conn.autocommit
-    conn.autocommit = True
-    try:
+    with _autocommit(conn):
         for number, step in enumerate(migration.steps(), start=1):
             try:
                 _run_step(conn, step)
@@ -258,8 +265,6 @@ def _apply_online(conn: psycopg.Connection[Any], migration: Migration) -> None:
             "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
             (migration.version, migration.name, migration.checksum),
         )
-    finally:
-        conn.autocommit = was_autocommit
 
 
 def _run_step(conn: psycopg.Connection[Any], step: MigrationStep) -> None:
