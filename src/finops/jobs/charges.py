@@ -161,6 +161,19 @@ def charge(
     `conn` must be in autocommit mode (as `unit.session` opens it), so each unit of work is
     a real transaction.
     """
+    with unit.without_jit(conn):
+        return _charge(conn, cluster, scheduled, billed, calendar, retention)
+
+
+def _charge(
+    conn: pool.Connection,
+    cluster: str,
+    scheduled: dt.datetime,
+    billed: Sequence[charge_plan.Billed],
+    calendar: periods.Calendar | None,
+    retention: store_partitions.Retention | None,
+) -> LedgerResult:
+    """`charge`'s steps: read, plan, write, settle the periods, retire, read back."""
     scheduled = plan.truncate_hour(scheduled)
     closed = store_periods.closed_through(conn, cluster=cluster)
     inputs = _read(conn, cluster, scheduled, billed, closed)
