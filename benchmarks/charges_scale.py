@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
+import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -43,7 +45,7 @@ from finops.api import bodies
 from finops.collection import charge_plan, charges
 from finops.jobs import charges as job
 from finops.jobs import periods as periods_job
-from finops.store import allocations, migrate
+from finops.store import allocations, charge_sql, migrate
 from finops_devenv import postgres
 
 CLUSTER = "bench"
@@ -203,6 +205,10 @@ def timed(action: Any) -> tuple[float, Any]:
     return time.perf_counter() - began, result
 
 
+TRIALS = 3
+"""Trials per size, interleaved (floor, first run, replay): the medians are printed, as the
+machine is shared and one timing moves with its load."""
+
 FIRST_TARGET = 1.25
 REPLAY_TARGET = 0.5
 """A first run within 1.25× the floor, a replay (nothing changes) within half of it."""
@@ -280,6 +286,10 @@ def floor(
     """The floor in one transaction: Subscriptions by COPY, their version rows, every charge
     row `INSERT … SELECT`ed into the ledger. Returns the rows written."""
     with conn.transaction():
+        # The session settings the run's write takes (no JIT compilation, its memory for
+        # sums), so neither side gains from a setting the other does not have.
+        conn.execute("SET LOCAL jit = off")
+        conn.execute(f"SET LOCAL work_mem = '{charge_sql.WORK_MEM}'")
         conn.execute(FLOOR_SUBS)
         with (
             conn.cursor() as cur,
@@ -294,33 +304,93 @@ def floor(
         return conn.execute(FLOOR, params).rowcount
 
 
-def run(dsn: str, subscriptions: int, rows: int) -> tuple[list[str], float, float, float]:
-    """The printed lines, the first run's and the replay's ratio to the floor, and ms per
-    Subscription of the first run."""
+LEDGER = (
+    "subscription_charges, charge_terms, charge_corrections, billing_periods,"
+    " billing_calendars, subscription_versions, offering_versions"
+)
+"""Everything the floor or a charge run writes (the ledger's sums are emptied with it by its
+TRUNCATE trigger); the allocation rows and PriceBooks stay."""
+
+
+def reset(conn: psycopg.Connection[Any]) -> None:
+    """The database as generated: the ledger emptied, the changed allocation hours as the
+    allocation writes left them (a run forgets those it has charged), a checkpoint taken."""
+    conn.execute(f"TRUNCATE {LEDGER} CASCADE")
+    conn.execute("DELETE FROM allocation_changes")
+    conn.execute("INSERT INTO allocation_changes SELECT * FROM bench_allocation_changes")
+    # The previous step's dirty pages written now, not during the next timed step.
+    conn.execute("CHECKPOINT")
+
+
+@dataclasses.dataclass
+class Trial:
+    """One trial: the floor, a first run and its replay, each from the state they need."""
+
+    floor: float
+    first: float
+    replay: float
+    first_phases: dict[str, float]
+    replay_phases: dict[str, float]
+    same: bool
+    written: int
+    floor_rows: int
+
+
+def trial(conn: psycopg.Connection[Any], subs: Sequence[charge_plan.Billed]) -> Trial:
+    """The floor on an empty ledger, then the run's first run on an empty ledger and a
+    replay of the same hour; their rows are compared."""
+    reset(conn)
+    floor_time, floor_rows = timed(lambda: floor(conn, subs))
+    floor_print = conn.execute(FINGERPRINT).fetchone()
+    reset(conn)
+
+    def charge() -> job.LedgerResult:
+        return job.charge(conn, cluster=CLUSTER, scheduled=SCHEDULED, billed=subs)
+
+    with phase_clock() as first_phases:
+        first, result = timed(charge)
+    run_print = conn.execute(FINGERPRINT).fetchone()
+    with phase_clock() as replay_phases:
+        replay, again = timed(charge)
+    assert again.rows_written == 0, "a replayed hour must change nothing"
+    return Trial(
+        floor_time,
+        first,
+        replay,
+        dict(first_phases),
+        dict(replay_phases),
+        floor_print == run_print,
+        result.rows_written,
+        floor_rows,
+    )
+
+
+def run(
+    dsn: str, subscriptions: int, rows: int, trials: int = TRIALS
+) -> tuple[list[str], float, float, float]:
+    """The printed lines, the first run's and the replay's ratio to the floor (medians of
+    `trials` interleaved trials), and ms per Subscription of the median first run."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         migrate.apply(conn)
         count = generate(conn, subscriptions, rows)
+        conn.execute("CREATE TABLE bench_allocation_changes AS SELECT * FROM allocation_changes")
         subs = billed(subscriptions)
-        floor_time, floor_rows = timed(lambda: floor(conn, subs))
-        floor_print = conn.execute(FINGERPRINT).fetchone()
-        conn.execute("TRUNCATE subscription_charges, subscription_versions, offering_versions")
-
-        def charge() -> job.LedgerResult:
-            return job.charge(conn, cluster=CLUSTER, scheduled=SCHEDULED, billed=subs)
-
-        with phase_clock() as first_phases:
-            first, result = timed(charge)
-        run_print = conn.execute(FINGERPRINT).fetchone()
-        with phase_clock() as replay_phases:
-            replay, again = timed(charge)
-    assert again.rows_written == 0, "a replayed hour must change nothing"
-    same = floor_print == run_print
+        done = [trial(conn, subs) for _ in range(trials)]
+    floor_time = statistics.median(t.floor for t in done)
+    first = statistics.median(t.first for t in done)
+    replay = statistics.median(t.replay for t in done)
+    middle = min(done, key=lambda t: abs(t.first - first))
+    same = all(t.same for t in done)
     per_sub = 1000 * first / subscriptions
     ratio, replay_ratio = first / floor_time, replay / floor_time
+    each = "; ".join(
+        f"{t.floor:.2f}/{t.first:.2f}/{t.replay:.2f} s ({t.first / t.floor:.2f}×)" for t in done
+    )
     lines = [
         f"subscriptions: {subscriptions:,}, hours: {HOURS} + the scheduled hour",
-        f"allocation rows: {count:,}; charge rows written: {result.rows_written:,} by the run, "
-        f"{floor_rows:,} by the floor; the same rows: {'yes' if same else 'NO'}",
+        f"allocation rows: {count:,}; charge rows written: {middle.written:,} by the run, "
+        f"{middle.floor_rows:,} by the floor; the same rows: {'yes' if same else 'NO'}",
+        f"trials (floor/first/replay): {each}",
         f"charge run, first (all rows new):  {first:8.2f} s ({per_sub:.2f} ms per Subscription)",
         f"charge run, replay (no change):    {replay:8.2f} s",
         f"floor (exact INSERT … SELECT):     {floor_time:8.2f} s",
@@ -329,10 +399,8 @@ def run(dsn: str, subscriptions: int, rows: int) -> tuple[list[str], float, floa
         f"ratio replay / floor:              {replay_ratio:8.2f}"
         f"  (target <= {REPLAY_TARGET}: {'met' if replay_ratio <= REPLAY_TARGET else 'not met'})",
     ]
-    lines += phase_lines("first run", first, first_phases)
-    lines += phase_lines("replay", replay, replay_phases)
-    if not same:
-        lines.append(f"  floor {floor_print} != run {run_print}")
+    lines += phase_lines("first run", middle.first, middle.first_phases)
+    lines += phase_lines("replay", middle.replay, middle.replay_phases)
     return lines, ratio, replay_ratio, per_sub
 
 
@@ -342,6 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=250_000, help="at scale 1")
     parser.add_argument("--scales", default="1,2,4", help="comma-separated multipliers")
     parser.add_argument("--dsn", help="an existing empty database (only with one scale)")
+    parser.add_argument("--trials", type=int, default=TRIALS, help="per size; medians shown")
     args = parser.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",") if s.strip()]
     if args.dsn and len(scales) != 1:
@@ -353,7 +422,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for scale in scales:
             dsn = args.dsn or cluster.create_database(f"charges_bench_{scale}")  # type: ignore[union-attr]
             print(f"-- scale ×{scale} (load {machine.loadavg()})")
-            lines, ratio, replay, per_sub = run(dsn, args.subscriptions * scale, args.rows * scale)
+            lines, ratio, replay, per_sub = run(
+                dsn, args.subscriptions * scale, args.rows * scale, args.trials
+            )
             results.append((scale, ratio, replay, per_sub))
             for line in lines:
                 print(line, flush=True)

@@ -114,3 +114,24 @@ def test_two_concurrent_writers_keep_only_the_committed_one(ledger_dsn: str) -> 
     assert written_by_b == [4]
     with unit.session(ledger_dsn) as conn:
         assert _count(conn) == 4
+
+
+def _jit(conn: pool.Connection) -> str:
+    row = conn.execute("SELECT current_setting('jit')").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+@pytest.mark.parametrize("session_value", ["on", "off"])
+def test_without_jit_turns_it_off_and_restores_the_session_setting(
+    ledger_dsn: str, session_value: str
+) -> None:
+    with unit.session(ledger_dsn) as conn:
+        conn.execute(f"SET jit = {session_value}")
+        with unit.without_jit(conn):
+            assert _jit(conn) == "off"
+        assert _jit(conn) == session_value
+        with pytest.raises(RuntimeError), unit.without_jit(conn), unit.begin(conn) as work:
+            work.conn.execute("SELECT 1")
+            raise RuntimeError("a failed write")
+        assert _jit(conn) == session_value

@@ -161,35 +161,41 @@ def charge(
     `conn` must be in autocommit mode (as `unit.session` opens it), so each unit of work is
     a real transaction.
     """
-    scheduled = plan.truncate_hour(scheduled)
-    closed = store_periods.closed_through(conn, cluster=cluster)
-    inputs = _read(conn, cluster, scheduled, billed, closed)
-    open_hours = dataclasses.replace(inputs, windows=rechecks.clip(inputs.windows, closed))
-    tables = charge_plan.tables(billed, open_hours, scheduled)
-    _make_partitions(conn, open_hours.windows.values(), scheduled)
-    done = _write(conn, cluster, tables, scheduled, inputs.boundary)
-    closing = periods_job.settle(
-        conn,
-        cluster=cluster,
-        calendar=calendar or periods.Calendar(),
-        scheduled=scheduled,
-        billed=billed,
-        inputs=inputs,
-    )
-    if retention is not None:
-        retired = store_partitions.retire(conn, retention)
-        if retired:
-            log.info(
-                "ledger retention: %s the partitions of %s",
-                "dropped" if retention.action is store_partitions.Action.DROP else "detached",
-                ", ".join(f"{m:%Y-%m}" for m in retired),
-            )
-    settled = read_settled(
-        conn, cluster=cluster, scheduled=scheduled, uids=[b.sub.uid for b in billed]
-    )
+    with unit.without_jit(conn):
+        scheduled = plan.truncate_hour(scheduled)
+        closed = store_periods.closed_through(conn, cluster=cluster)
+        inputs = _read(conn, cluster, scheduled, billed, closed)
+        open_hours = dataclasses.replace(inputs, windows=rechecks.clip(inputs.windows, closed))
+        tables = charge_plan.tables(billed, open_hours, scheduled)
+        _make_partitions(conn, open_hours.windows.values(), scheduled)
+        done = _write(conn, cluster, tables, scheduled, inputs.boundary)
+        closing = periods_job.settle(
+            conn,
+            cluster=cluster,
+            calendar=calendar or periods.Calendar(),
+            scheduled=scheduled,
+            billed=billed,
+            inputs=inputs,
+        )
+        if retention is not None:
+            _retire(conn, retention)
+        settled = read_settled(
+            conn, cluster=cluster, scheduled=scheduled, uids=[b.sub.uid for b in billed]
+        )
     return LedgerResult(
         inputs.boundary, settled, done.written, done.deleted, done.usage_rows, closing
     )
+
+
+def _retire(conn: pool.Connection, retention: store_partitions.Retention) -> None:
+    """Retire the closed months the retention setting no longer keeps, and say so."""
+    retired = store_partitions.retire(conn, retention)
+    if retired:
+        log.info(
+            "ledger retention: %s the partitions of %s",
+            "dropped" if retention.action is store_partitions.Action.DROP else "detached",
+            ", ".join(f"{m:%Y-%m}" for m in retired),
+        )
 
 
 def _ledger_pass(

@@ -56,3 +56,20 @@ def session(dsn: str, *, connect_timeout: int = 10) -> Iterator[pool.Connection]
     with connect(dsn, connect_timeout=connect_timeout) as conn:
         migrate.apply(conn)
         yield conn
+
+
+@contextlib.contextmanager
+def without_jit(conn: pool.Connection) -> Iterator[None]:
+    """The block's statements planned without JIT compilation, the session's setting restored
+    after. Why: the charge run's statements are planned for tens of thousands of rows, which
+    crosses the JIT cost thresholds, and compiling them cost more than running them (a second
+    of the 10k Subscriptions' watermark statement)."""
+    row = conn.execute(b"SELECT current_setting('jit')").fetchone()
+    before = "on" if row is None else str(row[0])
+    conn.execute(b"SELECT set_config('jit', 'off', false)")
+    try:
+        yield
+    finally:
+        idle = conn.info.transaction_status is psycopg.pq.TransactionStatus.IDLE
+        if not conn.closed and idle:
+            conn.execute(b"SELECT set_config('jit', %s, false)", (before,))
