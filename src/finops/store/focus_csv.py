@@ -46,11 +46,9 @@ _QUANTITY = f"""CASE WHEN NOT {_FEE} THEN c.quantity
 
 
 def _cost(price: str) -> str:
-    """price × quantity, exact; a negative price times zero keeps Decimal's `-0`."""
-    return (
-        f"CASE WHEN x.{price} < 0 AND x.quantity = 0 THEN '-' ELSE '' END"
-        f" || (x.{price} * x.quantity)::text"
-    )
+    """price × quantity, exact (PostgreSQL's scale is the sum of the scales, as Decimal's).
+    Neither is ever negative (margins stop at zero), so there is no Decimal `-0` to match."""
+    return f"x.{price} * x.quantity"
 
 
 _COLUMNS = {
