@@ -438,7 +438,8 @@ def _check(charge: LedgerCharge) -> dt.datetime:
     return ticks.utc(charge.hour)
 
 
-def _description(charge: LedgerCharge, hour: dt.datetime) -> str:
+def description(charge: LedgerCharge, hour: dt.datetime) -> str:
+    """ChargeDescription: what was charged, under which Offering (and, corrected, when)."""
     what = "Subscription fee" if charge.is_fee else f"{charge.source} usage"
     if charge.booking is not None:
         what = f"Correction of the {what.lower()} of {ticks.rfc3339(hour)}"
@@ -466,7 +467,7 @@ def row(
         "BillingPeriodStart": period.start,
         "ChargeCategory": "Purchase" if fee else "Usage",
         "ChargeClass": None if charge.booking is None else CORRECTION,
-        "ChargeDescription": _description(charge, hour),
+        "ChargeDescription": description(charge, hour),
         "ChargeFrequency": "Recurring" if fee else "Usage-Based",
         "ChargePeriodEnd": end,
         "ChargePeriodStart": start,
@@ -516,7 +517,8 @@ def text(value: Value) -> str | None:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _csv_line(cells: Iterable[str]) -> str:
+def csv_line(cells: Iterable[str]) -> str:
+    """One CSV line (RFC 4180 quoting as `csv` writes it, CRLF)."""
     buffer = io.StringIO()
     csv.writer(buffer).writerow(list(cells))
     return buffer.getvalue()
@@ -524,14 +526,14 @@ def _csv_line(cells: Iterable[str]) -> str:
 
 def csv_header() -> str:
     """The CSV header line: the column names."""
-    return _csv_line(NAMES)
+    return csv_line(NAMES)
 
 
 def csv_lines(rows: Iterable[Mapping[str, Value]]) -> Iterator[str]:
     """The header, then one CSV line per row (RFC 4180 quoting, CRLF); null is an empty cell."""
     yield csv_header()
     for r in rows:
-        yield _csv_line(text(r[name]) or "" for name in NAMES)
+        yield csv_line(text(r[name]) or "" for name in NAMES)
 
 
 def json_chunks(rows: Iterable[Mapping[str, Value]]) -> Iterator[str]:

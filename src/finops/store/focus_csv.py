@@ -16,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Any, cast
 
 import psycopg
 from psycopg.abc import Buffer
+from psycopg.types.json import Jsonb
 
 from finops.api import bodies
 from finops.billing import focus, periods, ticks
@@ -45,89 +46,85 @@ _QUANTITY = f"""CASE WHEN NOT {_FEE} THEN c.quantity
     ELSE {_PRORATED} END"""
 
 
-def _cost(price: str) -> str:
-    """price × quantity, exact (PostgreSQL's scale is the sum of the scales, as Decimal's).
-    Neither is ever negative (margins stop at zero), so there is no Decimal `-0` to match."""
-    return f"x.{price} * x.quantity"
-
-
-_COLUMNS = {
-    "BilledCost": "c.amount_micros * 0.000001",
-    "BillingAccountId": "nullif(c.cluster, '')",
-    "BillingAccountName": "nullif(c.cluster, '')",
-    "BillingCurrency": f"coalesce(nullif(c.currency, ''), '{focus.NO_CURRENCY}')",
-    "BillingPeriodEnd": "h.period_end",
-    "BillingPeriodStart": "h.period_start",
-    "ChargeCategory": f"CASE WHEN {_FEE} THEN 'Purchase' ELSE 'Usage' END",
-    "ChargeClass": "NULL",
-    "ChargeDescription": f"CASE WHEN {_FEE} THEN 'Subscription fee' ELSE c.source || ' usage' END"
-    " || ' of Offering ' || o.name",
-    "ChargeFrequency": f"CASE WHEN {_FEE} THEN 'Recurring' ELSE 'Usage-Based' END",
-    "ChargePeriodEnd": f"coalesce(to_char(c.covers_end AT TIME ZONE 'UTC', {_TIME}), h.charge_end)",
-    "ChargePeriodStart": f"coalesce(to_char(c.covers_start AT TIME ZONE 'UTC', {_TIME}),"
-    " h.charge_start)",
-    "ConsumedQuantity": f"CASE WHEN {_FEE} THEN NULL ELSE c.quantity END",
-    "ConsumedUnit": f"CASE WHEN {_FEE} THEN NULL ELSE k.unit END",
-    "ContractedCost": _cost("contracted"),
-    "ContractedUnitPrice": "x.contracted",
-    "EffectiveCost": "c.amount_micros * 0.000001",
-    "InvoiceId": "i.invoice_id",
-    "InvoiceIssuerName": "%(provider)s::text",
-    "ListCost": _cost("listed"),
-    "ListUnitPrice": "x.listed",
-    "PricingQuantity": "x.quantity",
-    "PricingUnit": "k.unit",
-    "ProviderName": "%(provider)s::text",
-    "PublisherName": "%(provider)s::text",
-    "ResourceId": "nullif(c.subscription_uid, '')",
-    "ResourceName": "nullif(v.name, '')",
-    "ResourceType": "'Subscription'",
-    "ServiceCategory": f"'{focus.SERVICE_CATEGORY}'",
-    "ServiceName": "nullif(o.name, '')",
-    "ServiceSubcategory": f"'{focus.SERVICE_SUBCATEGORY}'",
-    "SkuId": "k.sku_id",
-    "SkuMeter": "k.meter",
-    "SkuPriceDetails": "k.details",
-    "SkuPriceId": "k.price_id",
-    "SubAccountId": "nullif(v.namespace, '')",
-    "SubAccountName": "nullif(v.namespace, '')",
-    "Tags": "t.tags",
-    "x_ChargeSource": "c.source",
-    "x_CorrectedInvoiceId": "NULL",
-    "x_Finalized": "CASE WHEN c.finalized THEN 'true' ELSE 'false' END",
-    "x_UnitPrice": _PRICE,
-}
-assert tuple(_COLUMNS) == focus.NAMES
-
-_TABLES = """
-    JOIN unnest(%(h_hour)s::timestamptz[], %(h_start)s::text[], %(h_end)s::text[],
-                %(h_period_start)s::text[], %(h_period_end)s::text[], %(h_period)s::int[])
-        AS h(hour, charge_start, charge_end, period_start, period_end, period)
-        ON h.hour = c.hour
-    JOIN unnest(%(t_version)s::bigint[], %(t_tags)s::text[]) AS t(version, tags)
-        ON t.version = c.subscription_version_id
-    JOIN unnest(%(k_offering)s::bigint[], %(k_book)s::bigint[], %(k_source)s::text[],
-                %(k_unit)s::text[], %(k_meter)s::text[], %(k_listed)s::numeric[],
-                %(k_contracted)s::numeric[], %(k_fee_price)s::bigint[], %(k_sku_id)s::text[],
-                %(k_price_id)s::text[], %(k_details)s::text[])
-        AS k(offering, book, source, unit, meter, listed, contracted, fee_price, sku_id,
-             price_id, details)
-        ON k.offering = c.offering_version_id AND k.book = coalesce(c.pricebook_id, 0)
-       AND k.source = c.source
-    JOIN unnest(%(i_namespace)s::text[], %(i_period)s::int[], %(i_id)s::text[])
-        AS i(namespace, period, invoice_id)
-        ON i.namespace = v.namespace AND i.period = h.period
-"""
-_ROWS = f"""
-    SELECT {", ".join(_COLUMNS.values())}
+_INNER = f"""
+    SELECT c.hour, v.namespace, v.name, c.source, c.subscription_uid, c.amount_micros,
+           c.currency, c.covers_start, c.covers_end, c.unit_price_micros, c.finalized,
+           c.subscription_version_id AS version, h.charge_end, h.charge_start, h.period,
+           k.n AS k, k.unit, k.consumed_unit,
+           coalesce(k.listed, {_PRICE}) AS listed, coalesce(k.contracted, {_PRICE}) AS contracted,
+           CASE WHEN {_FEE} THEN NULL ELSE c.quantity END AS consumed, {_QUANTITY} AS quantity
     FROM subscription_charges c
     JOIN subscription_versions v ON v.id = c.subscription_version_id
-    JOIN offering_versions o ON o.id = c.offering_version_id
-    {_TABLES}
-    CROSS JOIN LATERAL (SELECT coalesce(k.listed, {_PRICE}) AS listed,
-                               coalesce(k.contracted, {_PRICE}) AS contracted,
-                               {_QUANTITY} AS quantity) x
+    JOIN unnest(%(h_hour)s::timestamptz[], %(h_end)s::text[], %(h_start)s::text[],
+                %(h_period)s::int[])
+        AS h(hour, charge_end, charge_start, period) ON h.hour = c.hour
+    JOIN unnest(%(k_offering)s::bigint[], %(k_book)s::bigint[], %(k_source)s::text[],
+                %(k_n)s::int[], %(k_unit)s::text[], %(k_consumed_unit)s::text[],
+                %(k_listed)s::numeric[], %(k_contracted)s::numeric[], %(k_fee_price)s::bigint[])
+        AS k(offering, book, source, n, unit, consumed_unit, listed, contracted, fee_price)
+        ON k.offering = c.offering_version_id AND k.book = coalesce(c.pricebook_id, 0)
+       AND k.source = c.source
 """
+_INNER_ORDER = " ORDER BY c.hour, v.namespace, v.name, c.source, c.subscription_uid"
+_OUTER_ORDER = " ORDER BY s.hour, s.namespace, s.name, s.source, s.subscription_uid"
+
+
+def _quoted(column: str) -> str:
+    """A string cell as `csv.writer` writes it: quoted when it holds `,`, `"`, CR or LF."""
+    return (
+        f"CASE WHEN s.{column} ~ '[\",\\r\\n]' "
+        f"THEN '\"' || replace(s.{column}, '\"', '\"\"') || '\"' ELSE s.{column} END"
+    )
+
+
+def _time(column: str, default: str) -> str:
+    return f"coalesce(to_char(s.{column} AT TIME ZONE 'UTC', {_TIME}), s.{default})"
+
+
+_CELLS = (
+    "s.amount_micros * 0.000001",  # BilledCost
+    "%(cluster_cells)s::text",  # BillingAccountId, BillingAccountName
+    f"coalesce(nullif(s.currency, ''), '{focus.NO_CURRENCY}')",
+    "(%(p_cells)s::text[])[s.period + 1]",  # BillingPeriodEnd, BillingPeriodStart
+    "%(k_charge)s::jsonb ->> s.k::text",  # ChargeCategory .. ChargeFrequency
+    _time("covers_end", "charge_end"),
+    _time("covers_start", "charge_start"),
+    "coalesce(s.consumed::text, '')",
+    "s.consumed_unit",
+    "s.contracted * s.quantity",  # ContractedCost
+    "s.contracted",
+    "s.amount_micros * 0.000001",  # EffectiveCost
+    "(%(t_invoices)s::jsonb -> s.version::text) ->> s.period",
+    "%(provider_cell)s::text",  # InvoiceIssuerName
+    "s.listed * s.quantity",  # ListCost
+    "s.listed",
+    "s.quantity",
+    "s.unit",
+    "%(provider_cell)s::text",  # ProviderName
+    "%(provider_cell)s::text",  # PublisherName
+    _quoted("subscription_uid"),
+    _quoted("name"),
+    f"'Subscription,{focus.SERVICE_CATEGORY}'",
+    "%(k_sku)s::jsonb ->> s.k::text",  # ServiceName .. SkuPriceId
+    "%(t_cells)s::jsonb ->> s.version::text",  # SubAccountId, SubAccountName, Tags
+    "s.source",
+    "''",  # x_CorrectedInvoiceId
+    "CASE WHEN s.finalized THEN 'true' ELSE 'false' END",
+    "s.unit_price_micros * 0.000001",  # x_UnitPrice
+)
+"""The cells of a row, in `focus.NAMES` order; a key table's entry holds several cells.
+Prices are never negative (margins stop at zero), so no product is a Decimal `-0`, and
+PostgreSQL's product of numerics has the sum of the scales, as Decimal's has."""
+
+QUOTE = b"\x1e"
+"""`COPY` quotes a line only when it holds a CR, LF, this or the delimiter (a label's odd
+characters); such a line is unquoted on the way through."""
+HASH_JOINS = "SET LOCAL enable_nestloop = off"
+"""PostgreSQL cannot estimate joins with the key tables (arrays), and guesses one row: it
+would then pick a nested loop that runs the charges once per hour of the window."""
+COPY_OPTIONS = "(FORMAT csv, DELIMITER E'\\x1f', QUOTE E'\\x1e')"
+
+
 _KEYS = """
     SELECT DISTINCT c.subscription_version_id, c.offering_version_id,
            coalesce(c.pricebook_id, 0), c.source
@@ -146,10 +143,12 @@ _BOOKS = f"""
 
 
 def rows_statement(namespace: str | None) -> str:
-    """The `COPY` statement's query (named parameters: those of `focus_store.export_query`,
-    the provider and the key tables `key_tables` makes)."""
+    """The query the `COPY` runs: one text column, the row's CSV line without its CRLF
+    (named parameters: those of `focus_store.export_query` and of `key_tables`). The rows
+    are ordered narrow and their text made after, so the sort never moves the wide text."""
     one = focus_store.ONE_NAMESPACE if namespace is not None else ""
-    return _ROWS + focus_store.SETTLED + one + focus_store.ORDER
+    inner = _INNER + focus_store.SETTLED + one + _INNER_ORDER
+    return f"SELECT concat_ws(',', {', '.join(_CELLS)}) FROM ({inner}) s {_OUTER_ORDER}"
 
 
 @dataclasses.dataclass
@@ -177,20 +176,26 @@ class CsvExport:
         index = focus_store.period_index(self.conn, cluster=self.cluster)
         params = self._params()
         params.update(key_tables(self.conn, params, index))
-        head, held, size = focus.csv_header().encode(), list[Buffer](), 0
-        query = rows_statement(self.namespace)
-        statement = f"COPY ({query}) TO STDOUT (FORMAT csv)"
-        with self.conn.cursor() as cur, cur.copy(statement, params) as copy:
-            for line in copy:
-                held.append(line[:-1])
-                size += len(line)
-                if size >= PIECE:
-                    self.rows += len(held)
-                    yield head + b"\r\n".join(held) + b"\r\n"
-                    head, held, size = b"", [], 0
+        head = focus.csv_header().encode()
+        statement = f"COPY ({rows_statement(self.namespace)}) TO STDOUT {COPY_OPTIONS}"
+        with self.conn.cursor() as cur:
+            cur.execute(HASH_JOINS)
+            with cur.copy(statement, params) as copy:
+                yield from self._pieces(copy, head)
+            cur.execute("RESET enable_nestloop")
+        yield from self._corrections(index)
+
+    def _pieces(self, copy: Iterable[Buffer], head: bytes) -> Iterator[bytes]:
+        held, size = list[Buffer](), 0
+        for line in copy:
+            held.append(_unquoted(line) if line[0] == QUOTE[0] else line[:-1])
+            size += len(line)
+            if size >= PIECE:
+                self.rows += len(held)
+                yield head + b"\r\n".join(held) + b"\r\n"
+                head, held, size = b"", [], 0
         self.rows += len(held)
         yield head + b"\r\n".join(held) + (b"\r\n" if held else b"")
-        yield from self._corrections(index)
 
     def _params(self) -> dict[str, Any]:
         return {
@@ -199,7 +204,7 @@ class CsvExport:
             "end": self.end,
             "namespace": self.namespace,
             "unsettled": self.include_unsettled,
-            "provider": self.provider or None,
+            "provider": self.provider,
         }
 
     def _corrections(self, index: periods.PeriodIndex) -> Iterator[bytes]:
@@ -223,31 +228,54 @@ class CsvExport:
             yield "".join(held).encode()
 
 
+def _unquoted(line: Buffer) -> bytes:
+    """A line `COPY` quoted (it held a CR or LF): its text, without the trailing LF."""
+    return bytes(line)[1:-2].replace(QUOTE + QUOTE, QUOTE)
+
+
+def cell(value: str | None) -> str:
+    """One CSV cell exactly as `focus.csv_lines` writes it (null and '' are empty)."""
+    return focus.csv_line(["", value or "", ""])[1:-3]
+
+
+def cells(*values: str | None) -> str:
+    """Cells in a row, joined by commas."""
+    return ",".join(cell(v) for v in values)
+
+
 def key_tables(
     conn: psycopg.Connection[Any], params: dict[str, Any], index: periods.PeriodIndex
 ) -> dict[str, Any]:
-    """The small tables the statement joins, as named array parameters: each hour's text and
-    period, each Subscription version's Tags, each (Offering version, PriceBook, source)'s
-    `focus.Terms`, each namespace's invoice per period."""
+    """The small tables the statement joins or looks up in, as named parameters: each hour's
+    cells and period, each Subscription version's cells, each (Offering version, PriceBook,
+    source)'s `focus.Terms` and cells, each namespace's invoice per period, and the cells of
+    the cluster and provider."""
     one = focus_store.ONE_NAMESPACE if params["namespace"] is not None else ""
     keys = conn.execute((_KEYS + focus_store.SETTLED + one).encode(), params).fetchall()
     versions = {int(r[0]): r[1:] for r in conn.execute(_VERSIONS, [sorted({k[0] for k in keys})])}
     tables = _hours(index, params["start"], params["end"])
     tables.update(_terms(conn, params["cluster"], {(k[1], k[2], k[3]) for k in keys}))
-    tables["t_version"] = list(versions)
-    tables["t_tags"] = [
-        focus.text(focus.merged_tags(focus_store.strings(ns), focus_store.strings(own)))
-        for _, ns, own in versions.values()
-    ]
-    namespaces = sorted({str(v[0]) for v in versions.values()})
-    invoices = [
-        (ns, n, periods.invoice_id(params["cluster"], ns, p.start, p.label))
-        for n, p in enumerate(_distinct_periods(index, params["start"], params["end"]))
-        for ns in namespaces
-    ]
-    tables["i_namespace"] = [i[0] for i in invoices]
-    tables["i_period"] = [i[1] for i in invoices]
-    tables["i_id"] = [i[2] for i in invoices]
+    tables["t_cells"] = Jsonb(
+        {
+            str(version): cells(
+                str(ns),
+                str(ns),
+                focus.text(focus.merged_tags(focus_store.strings(nl), focus_store.strings(own))),
+            )
+            for version, (ns, nl, own) in versions.items()
+        }
+    )
+    billed = _distinct_periods(index, params["start"], params["end"])
+    tables["p_cells"] = [cells(ticks.rfc3339(p.end), ticks.rfc3339(p.start)) for p in billed]
+    invoices = {
+        ns: [cell(periods.invoice_id(params["cluster"], ns, p.start, p.label)) for p in billed]
+        for ns in {str(v[0]) for v in versions.values()}
+    }
+    tables["t_invoices"] = Jsonb(
+        {str(version): invoices[str(ns)] for version, (ns, _, _) in versions.items()}
+    )
+    tables["cluster_cells"] = cells(params["cluster"], params["cluster"])
+    tables["provider_cell"] = cell(params["provider"])
     return tables
 
 
@@ -265,10 +293,8 @@ def _hours(index: periods.PeriodIndex, start: dt.datetime, end: dt.datetime) -> 
     hours = list(focus.window_hours(index, start, end))
     return {
         "h_hour": [h for h, _ in hours],
-        "h_start": [ticks.rfc3339(h) for h, _ in hours],
         "h_end": [ticks.rfc3339(h + ticks.HOUR) for h, _ in hours],
-        "h_period_start": [ticks.rfc3339(p.start) for _, p in hours],
-        "h_period_end": [ticks.rfc3339(p.end) for _, p in hours],
+        "h_start": [ticks.rfc3339(h) for h, _ in hours],
         "h_period": [numbers[p.start] for _, p in hours],
     }
 
@@ -303,17 +329,41 @@ def _terms(
             offering_spec=cast(bodies.OfferingSpecBody, spec or {}),
             price_list=books.get(book),
         )
-        found.append((offering, book, source, focus.terms(sample)))
+        found.append((offering, book, source, sample, focus.terms(sample)))
     return {
         "k_offering": [f[0] for f in found],
         "k_book": [f[1] for f in found],
         "k_source": [f[2] for f in found],
-        "k_unit": [f[3].unit for f in found],
-        "k_meter": [f[3].meter for f in found],
-        "k_listed": [f[3].list_price for f in found],
-        "k_contracted": [f[3].contracted_price for f in found],
-        "k_fee_price": [f[3].fee_price_micros for f in found],
-        "k_sku_id": [f[3].sku_id for f in found],
-        "k_price_id": [f[3].sku_price_id for f in found],
-        "k_details": [f[3].sku_price_details for f in found],
+        "k_n": list(range(len(found))),
+        "k_unit": [cell(f[4].unit) for f in found],
+        "k_consumed_unit": [cell(None if f[3].is_fee else f[4].unit) for f in found],
+        "k_listed": [f[4].list_price for f in found],
+        "k_contracted": [f[4].contracted_price for f in found],
+        "k_fee_price": [f[4].fee_price_micros for f in found],
+        "k_charge": Jsonb({str(n): _charge_cells(f[3]) for n, f in enumerate(found)}),
+        "k_sku": Jsonb({str(n): _sku_cells(f[3], f[4]) for n, f in enumerate(found)}),
     }
+
+
+def _charge_cells(sample: focus.LedgerCharge) -> str:
+    """ChargeCategory, ChargeClass, ChargeDescription, ChargeFrequency of a charge (not a
+    correction) of this Offering and source."""
+    fee = sample.is_fee
+    return cells(
+        "Purchase" if fee else "Usage",
+        None,
+        focus.description(sample, sample.hour),
+        "Recurring" if fee else "Usage-Based",
+    )
+
+
+def _sku_cells(sample: focus.LedgerCharge, terms: focus.Terms) -> str:
+    """ServiceName, ServiceSubcategory, SkuId, SkuMeter, SkuPriceDetails, SkuPriceId."""
+    return cells(
+        sample.offering,
+        focus.SERVICE_SUBCATEGORY,
+        terms.sku_id,
+        terms.meter,
+        terms.sku_price_details,
+        terms.sku_price_id,
+    )
