@@ -178,7 +178,6 @@ def phases(dsn: str, start: dt.datetime, end: dt.datetime) -> dict[str, float]:
         keys = time.perf_counter() - began
         query = f"COPY ({focus_csv.rows_statement(None)}) TO STDOUT {focus_csv.COPY_OPTIONS}"
         began = time.perf_counter()
-        conn.execute(focus_csv.HASH_JOINS)
         with conn.cursor() as cur, cur.copy(query, params) as copy:
             for _ in copy:
                 rows += 1

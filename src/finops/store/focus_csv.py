@@ -32,41 +32,40 @@ from finops.store import focus as focus_store
 PIECE = 1 << 16
 """About how many bytes go out at once."""
 
-_FEE = "c.source = 'subscription'"
+_FEE = "s.source = 'subscription'"
 _TIME = '\'YYYY-MM-DD"T"HH24:MI:SS"Z"\''
-_PRICE = "c.unit_price_micros * 0.000001"
-_FEE_PRICE = "coalesce(k.fee_price, c.unit_price_micros)"
+_PRICE = "s.unit_price_micros * 0.000001"
+_FEE_PRICE = "coalesce(s.fee_price, s.unit_price_micros)"
 _PRORATED = f"""(SELECT (q + CASE WHEN 2 * r > p OR (2 * r = p AND mod(q, 2) = 1) THEN 1 ELSE 0 END)
         * 0.000000000001
     FROM (SELECT div(n, p) AS q, n - div(n, p) * p AS r, p
-          FROM (SELECT c.amount_micros * 1000000000000::numeric AS n,
+          FROM (SELECT s.amount_micros * 1000000000000::numeric AS n,
                        {_FEE_PRICE}::numeric AS p) a) b)"""
-_QUANTITY = f"""CASE WHEN NOT {_FEE} THEN c.quantity
-    WHEN {_FEE_PRICE} = 0 OR c.amount_micros = trunc(c.quantity) * {_FEE_PRICE} THEN c.quantity
+_QUANTITY = f"""CASE WHEN NOT {_FEE} THEN s.quantity
+    WHEN {_FEE_PRICE} = 0 OR s.amount_micros = trunc(s.quantity) * {_FEE_PRICE} THEN s.quantity
     ELSE {_PRORATED} END"""
-
-
-_INNER = f"""
+_INNER = """
     SELECT c.hour, v.namespace, v.name, c.source, c.subscription_uid, c.amount_micros,
            c.currency, c.covers_start, c.covers_end, c.unit_price_micros, c.finalized,
-           c.subscription_version_id AS version, h.charge_end, h.charge_start, h.period,
-           k.n AS k, k.unit, k.consumed_unit,
-           coalesce(k.listed, {_PRICE}) AS listed, coalesce(k.contracted, {_PRICE}) AS contracted,
-           CASE WHEN {_FEE} THEN NULL ELSE c.quantity END AS consumed, {_QUANTITY} AS quantity
+           c.quantity, c.subscription_version_id AS version, c.offering_version_id AS offering,
+           coalesce(c.pricebook_id, 0) AS book, h.charge_end, h.charge_start, h.period
     FROM subscription_charges c
     JOIN subscription_versions v ON v.id = c.subscription_version_id
     JOIN unnest(%(h_hour)s::timestamptz[], %(h_end)s::text[], %(h_start)s::text[],
                 %(h_period)s::int[])
         AS h(hour, charge_end, charge_start, period) ON h.hour = c.hour
-    JOIN unnest(%(k_offering)s::bigint[], %(k_book)s::bigint[], %(k_source)s::text[],
-                %(k_n)s::int[], %(k_unit)s::text[], %(k_consumed_unit)s::text[],
-                %(k_listed)s::numeric[], %(k_contracted)s::numeric[], %(k_fee_price)s::bigint[])
-        AS k(offering, book, source, n, unit, consumed_unit, listed, contracted, fee_price)
-        ON k.offering = c.offering_version_id AND k.book = coalesce(c.pricebook_id, 0)
-       AND k.source = c.source
 """
 _INNER_ORDER = " ORDER BY c.hour, v.namespace, v.name, c.source, c.subscription_uid"
+_KEY = "s.offering::text || ' ' || s.book::text || ' ' || s.source"
 _OUTER_ORDER = " ORDER BY s.hour, s.namespace, s.name, s.source, s.subscription_uid"
+_TERMS = f"""
+    SELECT s.*, coalesce((s.terms ->> 'listed')::numeric, {_PRICE}) AS listed,
+           coalesce((s.terms ->> 'contracted')::numeric, {_PRICE}) AS contracted,
+           (s.terms ->> 'fee_price')::bigint AS fee_price
+    FROM (SELECT s.*, %(k_terms)s::jsonb -> ({_KEY}) AS terms FROM ({{inner}}) s
+          {_OUTER_ORDER} OFFSET 0) s
+    {_OUTER_ORDER} OFFSET 0
+"""
 
 
 def _quoted(column: str) -> str:
@@ -86,26 +85,26 @@ _CELLS = (
     "%(cluster_cells)s::text",  # BillingAccountId, BillingAccountName
     f"coalesce(nullif(s.currency, ''), '{focus.NO_CURRENCY}')",
     "(%(p_cells)s::text[])[s.period + 1]",  # BillingPeriodEnd, BillingPeriodStart
-    "%(k_charge)s::jsonb ->> s.k::text",  # ChargeCategory .. ChargeFrequency
+    "s.terms ->> 'charge'",  # ChargeCategory .. ChargeFrequency
     _time("covers_end", "charge_end"),
     _time("covers_start", "charge_start"),
-    "coalesce(s.consumed::text, '')",
-    "s.consumed_unit",
-    "s.contracted * s.quantity",  # ContractedCost
+    f"CASE WHEN {_FEE} THEN '' ELSE s.quantity::text END",  # ConsumedQuantity
+    "s.terms ->> 'consumed_unit'",
+    f"s.contracted * {_QUANTITY}",  # ContractedCost
     "s.contracted",
     "s.amount_micros * 0.000001",  # EffectiveCost
     "(%(t_invoices)s::jsonb -> s.version::text) ->> s.period",
     "%(provider_cell)s::text",  # InvoiceIssuerName
-    "s.listed * s.quantity",  # ListCost
+    f"s.listed * {_QUANTITY}",  # ListCost
     "s.listed",
-    "s.quantity",
-    "s.unit",
+    _QUANTITY,  # PricingQuantity
+    "s.terms ->> 'unit'",
     "%(provider_cell)s::text",  # ProviderName
     "%(provider_cell)s::text",  # PublisherName
     _quoted("subscription_uid"),
     _quoted("name"),
     f"'Subscription,{focus.SERVICE_CATEGORY}'",
-    "%(k_sku)s::jsonb ->> s.k::text",  # ServiceName .. SkuPriceId
+    "s.terms ->> 'sku'",  # ServiceName .. SkuPriceId
     "%(t_cells)s::jsonb ->> s.version::text",  # SubAccountId, SubAccountName, Tags
     "s.source",
     "''",  # x_CorrectedInvoiceId
@@ -119,9 +118,6 @@ PostgreSQL's product of numerics has the sum of the scales, as Decimal's has."""
 QUOTE = b"\x1e"
 """`COPY` quotes a line only when it holds a CR, LF, this or the delimiter (a label's odd
 characters); such a line is unquoted on the way through."""
-HASH_JOINS = "SET LOCAL enable_nestloop = off"
-"""PostgreSQL cannot estimate joins with the key tables (arrays), and guesses one row: it
-would then pick a nested loop that runs the charges once per hour of the window."""
 COPY_OPTIONS = "(FORMAT csv, DELIMITER E'\\x1f', QUOTE E'\\x1e')"
 
 
@@ -148,7 +144,8 @@ def rows_statement(namespace: str | None) -> str:
     are ordered narrow and their text made after, so the sort never moves the wide text."""
     one = focus_store.ONE_NAMESPACE if namespace is not None else ""
     inner = _INNER + focus_store.SETTLED + one + _INNER_ORDER
-    return f"SELECT concat_ws(',', {', '.join(_CELLS)}) FROM ({inner}) s {_OUTER_ORDER}"
+    terms = _TERMS.format(inner=inner)
+    return f"SELECT concat_ws(',', {', '.join(_CELLS)}) FROM ({terms}) s {_OUTER_ORDER}"
 
 
 @dataclasses.dataclass
@@ -178,11 +175,8 @@ class CsvExport:
         params.update(key_tables(self.conn, params, index))
         head = focus.csv_header().encode()
         statement = f"COPY ({rows_statement(self.namespace)}) TO STDOUT {COPY_OPTIONS}"
-        with self.conn.cursor() as cur:
-            cur.execute(HASH_JOINS)
-            with cur.copy(statement, params) as copy:
-                yield from self._pieces(copy, head)
-            cur.execute("RESET enable_nestloop")
+        with self.conn.cursor() as cur, cur.copy(statement, params) as copy:
+            yield from self._pieces(copy, head)
         yield from self._corrections(index)
 
     def _pieces(self, copy: Iterable[Buffer], head: bytes) -> Iterator[bytes]:
@@ -331,18 +325,25 @@ def _terms(
         )
         found.append((offering, book, source, sample, focus.terms(sample)))
     return {
-        "k_offering": [f[0] for f in found],
-        "k_book": [f[1] for f in found],
-        "k_source": [f[2] for f in found],
-        "k_n": list(range(len(found))),
-        "k_unit": [cell(f[4].unit) for f in found],
-        "k_consumed_unit": [cell(None if f[3].is_fee else f[4].unit) for f in found],
-        "k_listed": [f[4].list_price for f in found],
-        "k_contracted": [f[4].contracted_price for f in found],
-        "k_fee_price": [f[4].fee_price_micros for f in found],
-        "k_charge": Jsonb({str(n): _charge_cells(f[3]) for n, f in enumerate(found)}),
-        "k_sku": Jsonb({str(n): _sku_cells(f[3], f[4]) for n, f in enumerate(found)}),
+        "k_terms": Jsonb(
+            {
+                f"{offering} {book} {source}": {
+                    "listed": _text(terms.list_price),
+                    "contracted": _text(terms.contracted_price),
+                    "fee_price": terms.fee_price_micros,
+                    "unit": cell(terms.unit),
+                    "consumed_unit": cell(None if sample.is_fee else terms.unit),
+                    "charge": _charge_cells(sample),
+                    "sku": _sku_cells(sample, terms),
+                }
+                for offering, book, source, sample, terms in found
+            }
+        )
     }
+
+
+def _text(price: Decimal | None) -> str | None:
+    return None if price is None else format(price, "f")
 
 
 def _charge_cells(sample: focus.LedgerCharge) -> str:
