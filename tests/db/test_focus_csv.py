@@ -5,7 +5,7 @@ half-even rounding included), usage with factor and absolute margins (negative o
 with and without a PriceBook, Offerings with no or broken fee terms, labels on the namespace
 and the Subscription sharing keys and holding characters CSV and JSON must escape, unsettled
 hours, a closed period with corrections, a calendar that is not UTC, one namespace or all,
-currencies including none, and an empty or odd provider name."""
+currencies including none, and an empty provider name or one with a line break."""
 
 from __future__ import annotations
 
@@ -226,7 +226,7 @@ def same_bytes(
     number of rows compared."""
     compared = 0
     for namespace, unsettled in itertools.product((None, *NAMESPACES), (False, True)):
-        for provider in (focus.DEFAULT_PROVIDER, "", 'Acme, "Inc"'):
+        for provider in (focus.DEFAULT_PROVIDER, "", 'Acme, "Inc"\r\n\x1e\x1f'):
             window = {
                 "cluster": cluster,
                 "start": start,

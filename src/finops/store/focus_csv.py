@@ -29,8 +29,8 @@ from finops.billing import focus, periods, ticks
 from finops.store import allocations
 from finops.store import focus as focus_store
 
-PIECE = 1 << 16
-"""About how many bytes go out at once."""
+LINES = 128
+"""How many lines go out at once (about 64 KiB)."""
 
 _FEE = "s.source = 'subscription'"
 _TIME = '\'YYYY-MM-DD"T"HH24:MI:SS"Z"\''
@@ -118,6 +118,7 @@ PostgreSQL's product of numerics has the sum of the scales, as Decimal's has."""
 QUOTE = b"\x1e"
 """`COPY` quotes a line only when it holds a CR, LF, this or the delimiter (a label's odd
 characters); such a line is unquoted on the way through."""
+_QUOTE_BYTE = QUOTE[0]
 COPY_OPTIONS = "(FORMAT csv, DELIMITER E'\\x1f', QUOTE E'\\x1e')"
 
 
@@ -151,7 +152,7 @@ def rows_statement(namespace: str | None) -> str:
 @dataclasses.dataclass
 class CsvExport:
     """The FOCUS CSV of a window: `lines()` yields the header, then the rows in pieces of
-    about `PIECE` bytes; `rows` counts the rows sent so far."""
+    `LINES` at a time; `rows` counts the rows sent so far."""
 
     conn: psycopg.Connection[Any]
     cluster: str
@@ -180,16 +181,25 @@ class CsvExport:
         yield from self._corrections(index)
 
     def _pieces(self, copy: Iterable[Buffer], head: bytes) -> Iterator[bytes]:
-        held, size = list[Buffer](), 0
+        """`COPY`'s lines with CRLF ends, `LINES` at a time. Only a quoted line can hold a
+        LF of its own, so the others are joined and their LFs made CRLF at once."""
+        held: list[Buffer] = []
         for line in copy:
-            held.append(_unquoted(line) if line[0] == QUOTE[0] else line[:-1])
-            size += len(line)
-            if size >= PIECE:
-                self.rows += len(held)
-                yield head + b"\r\n".join(held) + b"\r\n"
-                head, held, size = b"", [], 0
+            if line[0] == _QUOTE_BYTE:
+                yield head + self._joined(held) + _unquoted(line) + b"\r\n"
+                head, held = b"", []
+                self.rows += 1
+                continue
+            held.append(line)
+            if len(held) >= LINES:
+                yield head + self._joined(held)
+                head, held = b"", []
+        if head or held:
+            yield head + self._joined(held)
+
+    def _joined(self, held: list[Buffer]) -> bytes:
         self.rows += len(held)
-        yield head + b"\r\n".join(held) + (b"\r\n" if held else b"")
+        return b"".join(held).replace(b"\n", b"\r\n")
 
     def _params(self) -> dict[str, Any]:
         return {
