@@ -135,15 +135,20 @@ def route(dsn: str, start: dt.datetime, end: dt.datetime) -> Export:
     return Export(seconds, lines - 1, digest.hexdigest(), peak)
 
 
-def copy_baseline(dsn: str, start: dt.datetime, end: dt.datetime) -> tuple[float, int]:
-    """The export's own query as `COPY (…) TO STDOUT`, read to the end: seconds, rows."""
-    params = {
+def _window(start: dt.datetime, end: dt.datetime) -> dict[str, object]:
+    """The export query's parameters for the whole cluster's settled rows."""
+    return {
         "cluster": ly.CLUSTER,
         "start": start,
         "end": end,
         "namespace": None,
         "unsettled": False,
     }
+
+
+def copy_baseline(dsn: str, start: dt.datetime, end: dt.datetime) -> tuple[float, int]:
+    """The export's own query as `COPY (…) TO STDOUT`, read to the end: seconds, rows."""
+    params = _window(start, end)
     rows = 0
     with psycopg.connect(dsn) as conn:
         query = psycopg.ClientCursor(conn).mogrify(focus_store.export_query(), params)
@@ -162,14 +167,7 @@ def phases(dsn: str, start: dt.datetime, end: dt.datetime) -> dict[str, float]:
     """Where the export's time goes, in this process: the key tables worked out in Python
     (seconds, once per export), and the statement that makes the FOCUS rows drained as
     `COPY` (µs per row), against which the CLI's and gateway's pass-through is the rest."""
-    params = {
-        "cluster": ly.CLUSTER,
-        "start": start,
-        "end": end,
-        "namespace": None,
-        "unsettled": False,
-        "provider": focus.DEFAULT_PROVIDER,
-    }
+    params: dict[str, object] = {**_window(start, end), "provider": focus.DEFAULT_PROVIDER}
     rows = 0
     with psycopg.connect(dsn) as conn:
         index = focus_store.period_index(conn, cluster=ly.CLUSTER)

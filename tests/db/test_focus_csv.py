@@ -169,19 +169,9 @@ def _ledger(
             offerings[off],
             subs[sub],
             None if book < 0 else books[book],
-            covers,
+            *(covers or (None, None)),
         )
-    for (uid, hour, source), (
-        qty,
-        price,
-        amount,
-        cur,
-        final,
-        off,
-        sub,
-        book,
-        covers,
-    ) in rows.items():
+    for key, values in rows.items():
         conn.execute(
             """
             INSERT INTO subscription_charges (cluster, subscription_uid, hour, source, quantity,
@@ -189,21 +179,7 @@ def _ledger(
                 subscription_version_id, pricebook_id, covers_start, covers_end)
             VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             """,
-            (
-                cluster,
-                uid,
-                hour,
-                source,
-                qty,
-                price,
-                amount,
-                cur,
-                final,
-                off,
-                sub,
-                book,
-                *(covers or (None, None)),
-            ),
+            (cluster, *key, *values),
         )
 
 
