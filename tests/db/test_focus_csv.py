@@ -17,8 +17,10 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
 
 from finops.billing import focus, periods
 from finops.store import allocations, focus_csv, mirror, unit
@@ -289,3 +291,27 @@ def test_a_closed_month_and_its_corrections_are_the_same_bytes(ledger_dsn: str) 
         ).fetchone()
         assert corrections is not None and corrections[0] > 0
         assert same_bytes(conn, cluster, start, end) > 0
+
+
+def test_a_row_whose_key_the_tables_miss_stops_the_export(ledger_dsn: str) -> None:
+    """Rows written between the key tables and the rows (only outside one snapshot) fail the
+    statement instead of making a line short of cells."""
+    cluster = "changed"
+    fee = {"priceMicros": 5, "tickAlignment": "HourBoundary", "period": "1"}
+    specs: list[dict[str, Any]] = [{"pricing": {"subscriptionFee": fee}}] * 3
+    charges = [(0, 0, "subscription", Decimal(1), 5, 5, "USD", True, 0, -1, None)]
+    with psycopg.connect(ledger_dsn, autocommit=True) as conn:
+        _ledger(conn, cluster, specs, [{}, {}], [{}] * 8, charges)
+    with psycopg.connect(ledger_dsn) as conn:
+        window = {"start": START, "end": START + HOUR, "namespace": None, "unsettled": False}
+        params: dict[str, Any] = {"cluster": cluster, "provider": "p", **window}
+        index = focus_store.period_index(conn, cluster=cluster)
+        params.update(focus_csv.key_tables(conn, params, index))
+        params["t_cells"] = Jsonb({})
+        statement = f"COPY ({focus_csv.rows_statement(None)}) TO STDOUT"
+        with (
+            pytest.raises(psycopg.errors.InvalidTextRepresentation, match="changed during"),
+            conn.cursor() as cur,
+            cur.copy(statement, params) as copy,
+        ):
+            list(copy)

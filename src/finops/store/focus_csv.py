@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import psycopg
 from psycopg.abc import Buffer
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from finops.api import bodies
@@ -56,13 +57,17 @@ _INNER = """
         AS h(hour, charge_end, charge_start, period) ON h.hour = c.hour
 """
 _INNER_ORDER = " ORDER BY c.hour, v.namespace, v.name, c.source, c.subscription_uid"
+_CHANGED = "('the ledger changed during the export, at ' || s.subscription_uid)::int::text"
+"""Fails the statement: a row whose key was not in the key tables (only possible outside a
+repeatable-read transaction) must stop the export rather than write a short line."""
 _KEY = "s.offering::text || ' ' || s.book::text || ' ' || s.source"
 _OUTER_ORDER = " ORDER BY s.hour, s.namespace, s.name, s.source, s.subscription_uid"
 _TERMS = f"""
     SELECT s.*, coalesce((s.terms ->> 'listed')::numeric, {_PRICE}) AS listed,
            coalesce((s.terms ->> 'contracted')::numeric, {_PRICE}) AS contracted,
            (s.terms ->> 'fee_price')::bigint AS fee_price
-    FROM (SELECT s.*, %(k_terms)s::jsonb -> ({_KEY}) AS terms FROM ({{inner}}) s
+    FROM (SELECT s.*, coalesce(%(k_terms)s::jsonb -> ({_KEY}), {_CHANGED}::jsonb) AS terms
+          FROM ({{inner}}) s
           {_OUTER_ORDER} OFFSET 0) s
     {_OUTER_ORDER} OFFSET 0
 """
@@ -93,7 +98,7 @@ _CELLS = (
     f"s.contracted * {_QUANTITY}",  # ContractedCost
     "s.contracted",
     "s.amount_micros * 0.000001",  # EffectiveCost
-    "(%(t_invoices)s::jsonb -> s.version::text) ->> s.period",
+    f"coalesce((%(t_invoices)s::jsonb -> s.version::text) ->> s.period, {_CHANGED})",
     "%(provider_cell)s::text",  # InvoiceIssuerName
     f"s.listed * {_QUANTITY}",  # ListCost
     "s.listed",
@@ -105,7 +110,7 @@ _CELLS = (
     _quoted("name"),
     f"'Subscription,{focus.SERVICE_CATEGORY}'",
     "s.terms ->> 'sku'",  # ServiceName .. SkuPriceId
-    "%(t_cells)s::jsonb ->> s.version::text",  # SubAccountId, SubAccountName, Tags
+    f"coalesce(%(t_cells)s::jsonb ->> s.version::text, {_CHANGED})",  # SubAccountId .. Tags
     "s.source",
     "''",  # x_CorrectedInvoiceId
     "CASE WHEN s.finalized THEN 'true' ELSE 'false' END",
@@ -171,6 +176,10 @@ class CsvExport:
             raise focus_store.LedgerReadError(str(exc).strip() or type(exc).__name__) from None
 
     def _lines(self) -> Iterator[bytes]:
+        idle = self.conn.info.transaction_status == TransactionStatus.IDLE
+        if idle and not self.conn.autocommit:
+            # One snapshot for the key tables, the rows and the corrections.
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         index = focus_store.period_index(self.conn, cluster=self.cluster)
         params = self._params()
         params.update(key_tables(self.conn, params, index))
