@@ -167,12 +167,19 @@ def phases(dsn: str, start: dt.datetime, end: dt.datetime) -> dict[str, float]:
     """Where the export's time goes, in this process: the key tables worked out in Python
     (seconds, once per export), and the statement that makes the FOCUS rows drained as
     `COPY` (µs per row), against which the CLI's and gateway's pass-through is the rest."""
-    params: dict[str, object] = {**_window(start, end), "provider": focus.DEFAULT_PROVIDER}
+    window = focus_csv.Window(
+        cluster=ly.CLUSTER,
+        start=start,
+        end=end,
+        namespace=None,
+        unsettled=False,
+        provider=focus.DEFAULT_PROVIDER,
+    )
     rows = 0
     with psycopg.connect(dsn) as conn:
         index = focus_store.period_index(conn, cluster=ly.CLUSTER)
         began = time.perf_counter()
-        params.update(focus_csv.key_tables(conn, params, index))
+        params = {**window, **focus_csv.key_tables(conn, window, index)}
         keys = time.perf_counter() - began
         query = f"COPY ({focus_csv.rows_statement(None)}) TO STDOUT {focus_csv.COPY_OPTIONS}"
         began = time.perf_counter()

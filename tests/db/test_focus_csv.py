@@ -303,10 +303,16 @@ def test_a_row_whose_key_the_tables_miss_stops_the_export(ledger_dsn: str) -> No
     with psycopg.connect(ledger_dsn, autocommit=True) as conn:
         _ledger(conn, cluster, specs, [{}, {}], [{}] * 8, charges)
     with psycopg.connect(ledger_dsn) as conn:
-        window = {"start": START, "end": START + HOUR, "namespace": None, "unsettled": False}
-        params: dict[str, Any] = {"cluster": cluster, "provider": "p", **window}
+        window = focus_csv.Window(
+            cluster=cluster,
+            start=START,
+            end=START + HOUR,
+            namespace=None,
+            unsettled=False,
+            provider="p",
+        )
         index = focus_store.period_index(conn, cluster=cluster)
-        params.update(focus_csv.key_tables(conn, params, index))
+        params = {**window, **focus_csv.key_tables(conn, window, index)}
         params["t_cells"] = Jsonb({})
         statement = f"COPY ({focus_csv.rows_statement(None)}) TO STDOUT"
         with (

@@ -365,7 +365,7 @@ def sku(charge: LedgerCharge) -> tuple[str, str, dict[str, str] | None]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Terms:
+class SkuColumns:
     """The columns of a charge row that follow from its Offering version, PriceBook and source
     alone, as FOCUS text. Why: a month has millions of rows but few such triples, so the
     export works these out once each and the database fills them into every row."""
@@ -382,8 +382,8 @@ class Terms:
     sku_price_details: str | None
 
 
-def terms(charge: LedgerCharge) -> Terms:
-    """The `Terms` of a row; only its Offering, PriceBook and source are read."""
+def sku_columns(charge: LedgerCharge) -> SkuColumns:
+    """The `SkuColumns` of a row; only its Offering, PriceBook and source are read."""
     sku_id, price_id, details = sku(charge)
     spec = fee_terms(charge) if charge.is_fee else None
     listed: Decimal | None = None
@@ -394,7 +394,7 @@ def terms(charge: LedgerCharge) -> Terms:
         unit = fee_unit(spec)
     elif not charge.is_fee and charge.price_list is not None:
         listed, contracted = _usage_prices(charge)
-    return Terms(
+    return SkuColumns(
         unit=unit,
         meter=METERS[charge.source],
         list_price=listed,

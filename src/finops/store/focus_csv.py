@@ -18,7 +18,7 @@ import datetime as dt
 import itertools
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import psycopg
 from psycopg.abc import Buffer
@@ -154,6 +154,17 @@ def rows_statement(namespace: str | None) -> str:
     return f"SELECT concat_ws(',', {', '.join(_CELLS)}) FROM ({terms}) s {_OUTER_ORDER}"
 
 
+class Window(TypedDict):
+    """The statement's own parameters (the key tables' come from `key_tables`)."""
+
+    cluster: str
+    start: dt.datetime
+    end: dt.datetime
+    namespace: str | None
+    unsettled: bool
+    provider: str
+
+
 @dataclasses.dataclass
 class CsvExport:
     """The FOCUS CSV of a window: `lines()` yields the header, then the rows in pieces of
@@ -181,8 +192,8 @@ class CsvExport:
             # One snapshot for the key tables, the rows and the corrections.
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         index = focus_store.period_index(self.conn, cluster=self.cluster)
-        params = self._params()
-        params.update(key_tables(self.conn, params, index))
+        window = self._params()
+        params = {**window, **key_tables(self.conn, window, index)}
         head = focus.csv_header().encode()
         statement = f"COPY ({rows_statement(self.namespace)}) TO STDOUT {COPY_OPTIONS}"
         with self.conn.cursor() as cur, cur.copy(statement, params) as copy:
@@ -210,7 +221,7 @@ class CsvExport:
         self.rows += len(held)
         return b"".join(held).replace(b"\n", b"\r\n")
 
-    def _params(self) -> dict[str, Any]:
+    def _params(self) -> Window:
         return {
             "cluster": self.cluster,
             "start": self.start,
@@ -257,11 +268,11 @@ def cells(*values: str | None) -> str:
 
 
 def key_tables(
-    conn: psycopg.Connection[Any], params: dict[str, Any], index: periods.PeriodIndex
-) -> dict[str, Any]:
+    conn: psycopg.Connection[Any], params: Window, index: periods.PeriodIndex
+) -> dict[str, object]:
     """The small tables the statement joins or looks up in, as named parameters: each hour's
     cells and period, each Subscription version's cells, each (Offering version, PriceBook,
-    source)'s `focus.Terms` and cells, each namespace's invoice per period, and the cells of
+    source)'s `focus.SkuColumns` and cells, each namespace's invoice per period, and the cells of
     the cluster and provider."""
     one = focus_store.ONE_NAMESPACE if params["namespace"] is not None else ""
     keys = conn.execute((_KEYS + focus_store.SETTLED + one).encode(), params).fetchall()
@@ -301,7 +312,7 @@ def _distinct_periods(
     return list(found.values())
 
 
-def _hours(index: periods.PeriodIndex, start: dt.datetime, end: dt.datetime) -> dict[str, Any]:
+def _hours(index: periods.PeriodIndex, start: dt.datetime, end: dt.datetime) -> dict[str, object]:
     numbers = {p.start: n for n, p in enumerate(_distinct_periods(index, start, end))}
     hours = list(focus.window_hours(index, start, end))
     return {
@@ -314,7 +325,7 @@ def _hours(index: periods.PeriodIndex, start: dt.datetime, end: dt.datetime) -> 
 
 def _terms(
     conn: psycopg.Connection[Any], cluster: str, keys: set[tuple[int, int, str]]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     offerings = {int(r[0]): r[1:] for r in conn.execute(_OFFERINGS, [sorted({k[0] for k in keys})])}
     books = {
         int(r[0]): focus_store.price_list(r[1], r[2], r[3], r[4:])
@@ -342,7 +353,7 @@ def _terms(
             offering_spec=cast(bodies.OfferingSpecBody, spec or {}),
             price_list=books.get(book),
         )
-        found.append((offering, book, source, sample, focus.terms(sample)))
+        found.append((offering, book, source, sample, focus.sku_columns(sample)))
     return {
         "k_terms": Jsonb(
             {
@@ -377,7 +388,7 @@ def _charge_cells(sample: focus.LedgerCharge) -> str:
     )
 
 
-def _sku_cells(sample: focus.LedgerCharge, terms: focus.Terms) -> str:
+def _sku_cells(sample: focus.LedgerCharge, terms: focus.SkuColumns) -> str:
     """ServiceName, ServiceSubcategory, SkuId, SkuMeter, SkuPriceDetails, SkuPriceId."""
     return cells(
         sample.offering,
