@@ -244,7 +244,14 @@ def units(micros: int) -> Decimal:
 def tags(charge: LedgerCharge) -> dict[str, str] | None:
     """The Tags object: the Subscription's labels overlaid by its namespace's (the namespace
     wins a shared key, see the module docstring), keys sorted; None when there are none."""
-    merged = {**charge.subscription_labels, **charge.labels}
+    return merged_tags(charge.labels, charge.subscription_labels)
+
+
+def merged_tags(
+    namespace_labels: Mapping[str, str], subscription_labels: Mapping[str, str]
+) -> dict[str, str] | None:
+    """`tags` of one Subscription version, from its two label sets."""
+    merged = {**subscription_labels, **namespace_labels}
     return dict(sorted(merged.items())) or None
 
 
@@ -357,6 +364,63 @@ def sku(charge: LedgerCharge) -> tuple[str, str, dict[str, str] | None]:
     return sku_id, price_id, details or None
 
 
+@dataclasses.dataclass(frozen=True)
+class SkuColumns:
+    """The columns of a charge row that follow from its Offering version, PriceBook and source
+    alone, as FOCUS text. Why: a month has millions of rows but few such triples, so the
+    export works these out once each and the database fills them into every row."""
+
+    unit: str
+    meter: str
+    list_price: Decimal | None
+    """None: the row's own unit price (a fee with no terms, usage with no recorded rates)."""
+    contracted_price: Decimal | None
+    fee_price_micros: int | None
+    """A fee's price of one period when its terms are known (prorated quantities divide by it)."""
+    sku_id: str
+    sku_price_id: str
+    sku_price_details: str | None
+
+
+def sku_columns(charge: LedgerCharge) -> SkuColumns:
+    """The `SkuColumns` of a row; only its Offering, PriceBook and source are read."""
+    sku_id, price_id, details = sku(charge)
+    spec = fee_terms(charge) if charge.is_fee else None
+    listed: Decimal | None = None
+    contracted: Decimal | None = None
+    unit = UNITS[charge.source]
+    if spec is not None:
+        listed = contracted = units(spec.price_micros)
+        unit = fee_unit(spec)
+    elif not charge.is_fee and charge.price_list is not None:
+        listed, contracted = _usage_prices(charge)
+    return SkuColumns(
+        unit=unit,
+        meter=METERS[charge.source],
+        list_price=listed,
+        contracted_price=contracted,
+        fee_price_micros=None if spec is None else spec.price_micros,
+        sku_id=sku_id,
+        sku_price_id=price_id,
+        sku_price_details=text(details),
+    )
+
+
+def window_hours(
+    index: periods.PeriodIndex, start: dt.datetime, end: dt.datetime
+) -> Iterator[tuple[dt.datetime, periods.Period]]:
+    """Each whole hour in [start, end) with the billing period it is invoiced in."""
+    hour = ticks.utc(start).replace(minute=0, second=0, microsecond=0)
+    if hour < start:
+        hour += ticks.HOUR
+    period: periods.Period | None = None
+    while hour < end:
+        if period is None or not period.contains(hour):
+            period = index.period_of(hour)
+        yield hour, period
+        hour += ticks.HOUR
+
+
 def _periods(charge: LedgerCharge, index: periods.PeriodIndex) -> tuple[periods.Period, str | None]:
     """The period the row is invoiced in and, for a correction, the invoice it corrects."""
     if charge.booking is None:
@@ -374,7 +438,8 @@ def _check(charge: LedgerCharge) -> dt.datetime:
     return ticks.utc(charge.hour)
 
 
-def _description(charge: LedgerCharge, hour: dt.datetime) -> str:
+def description(charge: LedgerCharge, hour: dt.datetime) -> str:
+    """ChargeDescription: what was charged, under which Offering (and, corrected, when)."""
     what = "Subscription fee" if charge.is_fee else f"{charge.source} usage"
     if charge.booking is not None:
         what = f"Correction of the {what.lower()} of {ticks.rfc3339(hour)}"
@@ -402,7 +467,7 @@ def row(
         "BillingPeriodStart": period.start,
         "ChargeCategory": "Purchase" if fee else "Usage",
         "ChargeClass": None if charge.booking is None else CORRECTION,
-        "ChargeDescription": _description(charge, hour),
+        "ChargeDescription": description(charge, hour),
         "ChargeFrequency": "Recurring" if fee else "Usage-Based",
         "ChargePeriodEnd": end,
         "ChargePeriodStart": start,
@@ -452,17 +517,23 @@ def text(value: Value) -> str | None:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _csv_line(cells: Iterable[str]) -> str:
+def csv_line(cells: Iterable[str]) -> str:
+    """One CSV line (RFC 4180 quoting as `csv` writes it, CRLF)."""
     buffer = io.StringIO()
     csv.writer(buffer).writerow(list(cells))
     return buffer.getvalue()
 
 
+def csv_header() -> str:
+    """The CSV header line: the column names."""
+    return csv_line(NAMES)
+
+
 def csv_lines(rows: Iterable[Mapping[str, Value]]) -> Iterator[str]:
     """The header, then one CSV line per row (RFC 4180 quoting, CRLF); null is an empty cell."""
-    yield _csv_line(NAMES)
+    yield csv_header()
     for r in rows:
-        yield _csv_line(text(r[name]) or "" for name in NAMES)
+        yield csv_line(text(r[name]) or "" for name in NAMES)
 
 
 def json_chunks(rows: Iterable[Mapping[str, Value]]) -> Iterator[str]:

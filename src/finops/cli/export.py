@@ -18,7 +18,7 @@ from finops.api import environment
 from finops.billing import focus, ticks
 from finops.cli import ledger_access, refusal
 from finops.store import focus as focus_store
-from finops.store import pool
+from finops.store import focus_csv, pool
 
 PARQUET_BATCH = 10_000
 
@@ -91,12 +91,21 @@ def _rows(
     return (focus.row(c, args.provider_name, index) for c in charges)
 
 
-def _write_csv(rows: Iterator[dict[str, focus.Value]], out: IO[str]) -> int:
-    lines = 0
-    for line in focus.csv_lines(rows):
-        out.write(line)
-        lines += 1
-    return lines - 1  # the header is not a row
+def _write_csv(
+    args: argparse.Namespace, conn: Any, start: dt.datetime, end: dt.datetime, out: IO[bytes]
+) -> int:
+    export = focus_csv.CsvExport(
+        conn,
+        cluster=args.cluster,
+        start=start,
+        end=end,
+        namespace=args.namespace,
+        include_unsettled=args.include_unsettled,
+        provider=args.provider_name,
+    )
+    for piece in export.lines():
+        out.write(piece)
+    return export.rows
 
 
 def _write(args: argparse.Namespace, start: dt.datetime, end: dt.datetime) -> int:
@@ -104,16 +113,18 @@ def _write(args: argparse.Namespace, start: dt.datetime, end: dt.datetime) -> in
     export never leaves a truncated file where a finished one is expected."""
     writer = _parquet_writer() if _kind(args.out) == "parquet" else None
     with contextlib.closing(pool.connect(args.dsn)) as conn:
-        rows = _rows(args, conn, start, end)
         if args.out in (None, "-"):
-            return _write_csv(rows, sys.stdout)
+            sys.stdout.flush()
+            count = _write_csv(args, conn, start, end, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+            return count
         with ledger_access.replacing(args.out) as partial:
             if writer is not None:
-                count: int = writer(rows, partial)
+                count = writer(_rows(args, conn, start, end), partial)
             else:
-                with open(partial, "w", encoding="utf-8", newline="") as out:
-                    count = _write_csv(rows, out)
-    return count
+                with open(partial, "wb") as out:
+                    count = _write_csv(args, conn, start, end, out)
+    return int(count)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from finops.billing import focus
 from finops.store import focus as focus_store
-from finops.store import pool
+from finops.store import focus_csv, pool
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FORMATS = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 
@@ -53,9 +55,25 @@ def stream(
     end: dt.datetime,
     fmt: str,
     include_unsettled: bool = False,
-) -> Iterator[str]:
-    """Chunks of the body; the query runs on the first `next()` (call that before replying)."""
+) -> Iterator[bytes]:
+    """Pieces of the body; the query runs on the first `next()` (call that before replying)."""
     with ledger().connection() as conn:
+        if fmt == "csv":
+            export = focus_csv.CsvExport(
+                conn,
+                cluster=cluster,
+                start=start,
+                end=end,
+                namespace=namespace,
+                include_unsettled=include_unsettled,
+            )
+            try:
+                yield from export.lines()
+            except focus_store.LedgerReadError as exc:
+                if export.rows == 0:
+                    raise
+                log.error("FOCUS export stopped midway: %s", exc)
+            return
         index = focus_store.period_index(conn, cluster=cluster)
         charges = focus_store.charges(
             conn,
@@ -67,9 +85,8 @@ def stream(
         )
         first = next(charges, None)
         rows = (focus.row(c, index=index) for c in _chain(first, charges))
-        chunks = focus.csv_lines(rows) if fmt == "csv" else focus.json_chunks(rows)
         try:
-            yield from _pieces(chunks)
+            yield from (p.encode() for p in _pieces(focus.json_chunks(rows)))
         except focus_store.LedgerReadError as exc:
             log.error("FOCUS export stopped midway: %s", exc)
 
@@ -94,7 +111,7 @@ def _pieces(chunks: Iterator[str]) -> Iterator[str]:
         yield "".join(held)
 
 
-def prepend(head: str, rest: Iterator[str]) -> Iterator[str]:
+def prepend(head: T, rest: Iterator[T]) -> Iterator[T]:
     """The chunk already read to check the ledger, then the rest of the body."""
     yield head
     yield from rest

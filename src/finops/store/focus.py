@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import Any, cast
 
@@ -36,20 +36,22 @@ _JOINS = """
     JOIN offering_versions o ON o.id = c.offering_version_id
     LEFT JOIN pricebooks p ON p.id = c.pricebook_id
 """
-_CHARGES = f"""
-    SELECT {_COMMON}, c.finalized, NULL::timestamptz, NULL::timestamptz
-    FROM subscription_charges c {_JOINS}
+SETTLED = """
     WHERE c.cluster = %(cluster)s AND c.hour >= %(start)s AND c.hour < %(end)s
       AND (c.finalized OR %(unsettled)s)
       AND NOT (c.source = 'subscription' AND c.quantity = 0 AND c.amount_micros = 0)
+"""
+_CHARGES = f"""
+    SELECT {_COMMON}, c.finalized, NULL::timestamptz, NULL::timestamptz
+    FROM subscription_charges c {_JOINS} {SETTLED}
 """
 _CORRECTIONS = f"""
     SELECT {_COMMON}, true, c.booked_in, c.corrects_period
     FROM charge_corrections c {_JOINS}
     WHERE c.cluster = %(cluster)s AND c.booked_in >= %(start)s AND c.booked_in < %(end)s
 """
-_ONE_NAMESPACE = " AND v.cluster = %(cluster)s AND v.namespace = %(namespace)s"
-_ORDER = " ORDER BY c.hour, v.namespace, v.name, c.source, c.subscription_uid"
+ONE_NAMESPACE = " AND v.cluster = %(cluster)s AND v.namespace = %(namespace)s"
+ORDER = " ORDER BY c.hour, v.namespace, v.name, c.source, c.subscription_uid"
 _CORRECTION_ORDER = (
     " ORDER BY c.booked_in, c.hour, v.namespace, v.name, c.source, c.subscription_uid,"
     " c.currency, c.id"
@@ -62,7 +64,7 @@ def export_query(namespace: str | None = None) -> str:
     """The statement the export reads a window's charges with, of one namespace or all (named
     parameters: cluster, start, end, namespace, unsettled); the export's benchmark runs the
     very same one as a `COPY`."""
-    return _CHARGES + (_ONE_NAMESPACE if namespace is not None else "") + _ORDER
+    return _CHARGES + (ONE_NAMESPACE if namespace is not None else "") + ORDER
 
 
 class LedgerReadError(RuntimeError):
@@ -74,14 +76,7 @@ def _charge(record: tuple[Any, ...]) -> focus.LedgerCharge:
     labels, own, off_ns, off_uid, spec, lo, hi, book_ns, book_name, digest = record[11:21]
     rates = record[21 : 21 + len(allocations.RATE_COLUMNS)]
     final, booked_in, corrects = record[21 + len(allocations.RATE_COLUMNS) :]
-    book = None
-    if digest is not None:
-        book = focus.PriceList(
-            str(book_ns),
-            str(book_name),
-            str(digest),
-            dict(zip(allocations.RATE_COLUMNS, rates, strict=True)),
-        )
+    book = None if digest is None else price_list(book_ns, book_name, digest, rates)
     booking = None
     if booked_in is not None:
         booking = focus.Booking(booked_in.astimezone(dt.UTC), corrects.astimezone(dt.UTC))
@@ -98,8 +93,8 @@ def _charge(record: tuple[Any, ...]) -> focus.LedgerCharge:
         amount_micros=int(amount),
         currency=str(cur),
         finalized=bool(final),
-        labels=_strings(labels),
-        subscription_labels=_strings(own),
+        labels=strings(labels),
+        subscription_labels=strings(own),
         offering_namespace=str(off_ns),
         offering_uid=str(off_uid),
         offering_spec=cast(bodies.OfferingSpecBody, spec or {}),
@@ -109,7 +104,18 @@ def _charge(record: tuple[Any, ...]) -> focus.LedgerCharge:
     )
 
 
-def _strings(labels: Any) -> dict[str, str]:
+def price_list(book_ns: Any, book_name: Any, digest: Any, rates: Sequence[Any]) -> focus.PriceList:
+    """A `pricebooks` row's name, digest and rate columns (in `RATE_COLUMNS` order)."""
+    return focus.PriceList(
+        str(book_ns),
+        str(book_name),
+        str(digest),
+        dict(zip(allocations.RATE_COLUMNS, (int(r) for r in rates), strict=True)),
+    )
+
+
+def strings(labels: Any) -> dict[str, str]:
+    """Labels as read from a JSON column, as strings."""
     return {str(k): str(v) for k, v in (labels or {}).items()}
 
 
@@ -133,7 +139,6 @@ def charges(
     for value, what in ((start, "start"), (end, "end")):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(f"{what} must be timezone-aware, got {value!r}")
-    one = _ONE_NAMESPACE if namespace is not None else ""
     params = {
         "cluster": cluster,
         "start": start,
@@ -141,8 +146,23 @@ def charges(
         "namespace": namespace,
         "unsettled": include_unsettled,
     }
-    for query in (export_query(namespace), _CORRECTIONS + one + _CORRECTION_ORDER):
-        yield from _stream(conn, query, params, batch)
+    yield from _stream(conn, export_query(namespace), params, batch)
+    yield from corrections(conn, cluster=cluster, start=start, end=end, namespace=namespace)
+
+
+def corrections(
+    conn: psycopg.Connection[Any],
+    *,
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    namespace: str | None = None,
+    batch: int = BATCH,
+) -> Iterator[focus.LedgerCharge]:
+    """The corrections booked in periods starting in [start, end), as `charges` ends with."""
+    one = ONE_NAMESPACE if namespace is not None else ""
+    params = {"cluster": cluster, "start": start, "end": end, "namespace": namespace}
+    yield from _stream(conn, _CORRECTIONS + one + _CORRECTION_ORDER, params, batch)
 
 
 def _stream(
