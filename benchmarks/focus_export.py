@@ -135,15 +135,10 @@ def route(dsn: str, start: dt.datetime, end: dt.datetime) -> Export:
     return Export(seconds, lines - 1, digest.hexdigest(), peak)
 
 
-def _window(start: dt.datetime, end: dt.datetime) -> dict[str, object]:
-    """The export query's parameters for the whole cluster's settled rows."""
-    return {
-        "cluster": ly.CLUSTER,
-        "start": start,
-        "end": end,
-        "namespace": None,
-        "unsettled": False,
-    }
+def _window(start: dt.datetime, end: dt.datetime) -> focus_csv.Window:
+    """The export statements' parameters for the whole cluster's settled rows."""
+    window = focus_store.export_window(ly.CLUSTER, start, end)
+    return focus_csv.Window(**window, provider=focus.DEFAULT_PROVIDER)
 
 
 def copy_baseline(dsn: str, start: dt.datetime, end: dt.datetime) -> tuple[float, int]:
@@ -167,14 +162,7 @@ def phases(dsn: str, start: dt.datetime, end: dt.datetime) -> dict[str, float]:
     """Where the export's time goes, in this process: the key tables worked out in Python
     (seconds, once per export), and the statement that makes the FOCUS rows drained as
     `COPY` (µs per row), against which the CLI's and gateway's pass-through is the rest."""
-    window = focus_csv.Window(
-        cluster=ly.CLUSTER,
-        start=start,
-        end=end,
-        namespace=None,
-        unsettled=False,
-        provider=focus.DEFAULT_PROVIDER,
-    )
+    window = _window(start, end)
     rows = 0
     with psycopg.connect(dsn) as conn:
         index = focus_store.period_index(conn, cluster=ly.CLUSTER)

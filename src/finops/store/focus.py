@@ -13,7 +13,7 @@ import datetime as dt
 import itertools
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import psycopg
 
@@ -65,6 +65,33 @@ def export_query(namespace: str | None = None) -> str:
     parameters: cluster, start, end, namespace, unsettled); the export's benchmark runs the
     very same one as a `COPY`."""
     return _CHARGES + (ONE_NAMESPACE if namespace is not None else "") + ORDER
+
+
+class ExportWindow(TypedDict):
+    """The export statements' named parameters: a cluster's hours in [start, end), of one
+    namespace (or all, None), with or without the hours still in progress."""
+
+    cluster: str
+    start: dt.datetime
+    end: dt.datetime
+    namespace: str | None
+    unsettled: bool
+
+
+def export_window(
+    cluster: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    namespace: str | None = None,
+    include_unsettled: bool = False,
+) -> ExportWindow:
+    """The window every export statement reads; its bounds must be timezone-aware."""
+    for value, what in ((start, "start"), (end, "end")):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
+    return ExportWindow(
+        cluster=cluster, start=start, end=end, namespace=namespace, unsettled=include_unsettled
+    )
 
 
 class LedgerReadError(RuntimeError):
@@ -136,18 +163,11 @@ def charges(
     Rows arrive `batch` at a time from a server-side cursor. Raises `LedgerReadError` for
     a database failure, on the first row or midway.
     """
-    for value, what in ((start, "start"), (end, "end")):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
-    params = {
-        "cluster": cluster,
-        "start": start,
-        "end": end,
-        "namespace": namespace,
-        "unsettled": include_unsettled,
-    }
+    params = export_window(cluster, start, end, namespace, include_unsettled)
     yield from _stream(conn, export_query(namespace), params, batch)
-    yield from corrections(conn, cluster=cluster, start=start, end=end, namespace=namespace)
+    yield from corrections(
+        conn, cluster=cluster, start=start, end=end, namespace=namespace, batch=batch
+    )
 
 
 def corrections(
@@ -161,12 +181,12 @@ def corrections(
 ) -> Iterator[focus.LedgerCharge]:
     """The corrections booked in periods starting in [start, end), as `charges` ends with."""
     one = ONE_NAMESPACE if namespace is not None else ""
-    params = {"cluster": cluster, "start": start, "end": end, "namespace": namespace}
+    params = export_window(cluster, start, end, namespace)
     yield from _stream(conn, _CORRECTIONS + one + _CORRECTION_ORDER, params, batch)
 
 
 def _stream(
-    conn: psycopg.Connection[Any], query: str, params: dict[str, Any], batch: int
+    conn: psycopg.Connection[Any], query: str, params: ExportWindow, batch: int
 ) -> Iterator[focus.LedgerCharge]:
     try:
         with conn.cursor(name=f"finops_focus_{next(_cursor_ids)}") as cur:

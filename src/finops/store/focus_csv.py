@@ -18,7 +18,7 @@ import datetime as dt
 import itertools
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
-from typing import Any, TypedDict, cast
+from typing import Any, cast
 
 import psycopg
 from psycopg.abc import Buffer
@@ -154,14 +154,9 @@ def rows_statement(namespace: str | None) -> str:
     return f"SELECT concat_ws(',', {', '.join(_CELLS)}) FROM ({terms}) s {_OUTER_ORDER}"
 
 
-class Window(TypedDict):
+class Window(focus_store.ExportWindow):
     """The statement's own parameters (the key tables' come from `key_tables`)."""
 
-    cluster: str
-    start: dt.datetime
-    end: dt.datetime
-    namespace: str | None
-    unsettled: bool
     provider: str
 
 
@@ -222,14 +217,10 @@ class CsvExport:
         return b"".join(held).replace(b"\n", b"\r\n")
 
     def _params(self) -> Window:
-        return {
-            "cluster": self.cluster,
-            "start": self.start,
-            "end": self.end,
-            "namespace": self.namespace,
-            "unsettled": self.include_unsettled,
-            "provider": self.provider,
-        }
+        window = focus_store.export_window(
+            self.cluster, self.start, self.end, self.namespace, self.include_unsettled
+        )
+        return Window(**window, provider=self.provider)
 
     def _corrections(self, index: periods.PeriodIndex) -> Iterator[bytes]:
         found = focus_store.corrections(
@@ -277,7 +268,9 @@ def key_tables(
     one = focus_store.ONE_NAMESPACE if params["namespace"] is not None else ""
     keys = conn.execute((_KEYS + focus_store.SETTLED + one).encode(), params).fetchall()
     versions = {int(r[0]): r[1:] for r in conn.execute(_VERSIONS, [sorted({k[0] for k in keys})])}
-    tables = _hours(index, params["start"], params["end"])
+    hours = list(focus.window_hours(index, params["start"], params["end"]))
+    billed = _distinct_periods(hours)
+    tables = _hours(hours, billed)
     tables.update(_terms(conn, params["cluster"], {(k[1], k[2], k[3]) for k in keys}))
     tables["t_cells"] = Jsonb(
         {
@@ -289,7 +282,6 @@ def key_tables(
             for version, (ns, nl, own) in versions.items()
         }
     )
-    billed = _distinct_periods(index, params["start"], params["end"])
     tables["p_cells"] = [cells(ticks.rfc3339(p.end), ticks.rfc3339(p.start)) for p in billed]
     invoices = {
         ns: [cell(periods.invoice_id(params["cluster"], ns, p.start, p.label)) for p in billed]
@@ -303,18 +295,19 @@ def key_tables(
     return tables
 
 
-def _distinct_periods(
-    index: periods.PeriodIndex, start: dt.datetime, end: dt.datetime
-) -> list[periods.Period]:
+def _distinct_periods(hours: list[tuple[dt.datetime, periods.Period]]) -> list[periods.Period]:
+    """The billing periods the window's hours fall in, in order."""
     found: dict[dt.datetime, periods.Period] = {}
-    for _, period in focus.window_hours(index, start, end):
+    for _, period in hours:
         found.setdefault(period.start, period)
     return list(found.values())
 
 
-def _hours(index: periods.PeriodIndex, start: dt.datetime, end: dt.datetime) -> dict[str, object]:
-    numbers = {p.start: n for n, p in enumerate(_distinct_periods(index, start, end))}
-    hours = list(focus.window_hours(index, start, end))
+def _hours(
+    hours: list[tuple[dt.datetime, periods.Period]], billed: list[periods.Period]
+) -> dict[str, object]:
+    """Each hour's text and the number of its period in `billed`."""
+    numbers = {p.start: n for n, p in enumerate(billed)}
     return {
         "h_hour": [h for h, _ in hours],
         "h_end": [ticks.rfc3339(h + ticks.HOUR) for h, _ in hours],
