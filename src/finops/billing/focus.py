@@ -289,15 +289,11 @@ def _fee_quantity(charge: LedgerCharge, spec: fees.FeeSpec | None) -> Decimal:
     return money.to_decimal(Fraction(charge.amount_micros, price), QUANTITY_PLACES)
 
 
-def _usage_prices(charge: LedgerCharge) -> tuple[Decimal, Decimal]:
+def _usage_prices(charge: LedgerCharge, book: PriceList) -> tuple[Decimal, Decimal]:
     """(list, contracted) unit price of a usage row: the PriceBook rate of its hour, and that
-    rate with the Offering's margin for the meter; the stored unit price for a row whose
-    rates were not recorded."""
-    if charge.price_list is None:
-        stored = units(charge.unit_price_micros)
-        return stored, stored
+    rate with the Offering's margin for the meter."""
     meter = models.MeterName(charge.source)
-    rate = usage.Rates.from_micros(charge.price_list.rates).for_meter(meter)
+    rate = usage.Rates.from_micros(book.rates).for_meter(meter)
     margins = {m.meter: m.margin for m in _pricing(charge).meters}
     margined = margins.get(meter, usage.Margin()).apply(rate)
     return units(rate), money.to_decimal(margined * Fraction(1, money.MICROS_PER_UNIT), 9)
@@ -328,15 +324,42 @@ class RowPricing:
         return _EXACT.multiply(self.contracted_price, self.quantity)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Listing:
+    """What a row's Offering version, PriceBook and source decide of its pricing."""
+
+    unit: str
+    list_price: Decimal | None
+    """None: the row's own unit price stands (a fee with no terms, usage with no rates)."""
+    contracted_price: Decimal | None
+    fee: fees.FeeSpec | None
+
+
+def _listing(charge: LedgerCharge) -> _Listing:
+    """The one decision of which unit and prices a row lists, for the row builder and for the
+    columns the CSV export works out once per key."""
+    if not charge.is_fee:
+        if charge.price_list is None:
+            return _Listing(UNITS[charge.source], None, None, None)
+        listed, contracted = _usage_prices(charge, charge.price_list)
+        return _Listing(UNITS[charge.source], listed, contracted, None)
+    spec = fee_terms(charge)
+    if spec is None:
+        return _Listing(UNITS[FEE_SOURCE], None, None, None)
+    price = units(spec.price_micros)
+    return _Listing(fee_unit(spec), price, price, spec)
+
+
 def pricing(charge: LedgerCharge) -> RowPricing:
     """How the row was priced, in FOCUS terms."""
-    if not charge.is_fee:
-        listed, contracted = _usage_prices(charge)
-        return RowPricing(charge.quantity, UNITS[charge.source], listed, contracted)
-    spec = fee_terms(charge)
-    price = units(charge.unit_price_micros if spec is None else spec.price_micros)
-    unit = UNITS[FEE_SOURCE] if spec is None else fee_unit(spec)
-    return RowPricing(_fee_quantity(charge, spec), unit, price, price)
+    listing, stored = _listing(charge), units(charge.unit_price_micros)
+    quantity = _fee_quantity(charge, listing.fee) if charge.is_fee else charge.quantity
+    return RowPricing(
+        quantity,
+        listing.unit,
+        stored if listing.list_price is None else listing.list_price,
+        stored if listing.contracted_price is None else listing.contracted_price,
+    )
 
 
 def sku(charge: LedgerCharge) -> tuple[str, str, dict[str, str] | None]:
@@ -385,21 +408,13 @@ class SkuColumns:
 def sku_columns(charge: LedgerCharge) -> SkuColumns:
     """The `SkuColumns` of a row; only its Offering, PriceBook and source are read."""
     sku_id, price_id, details = sku(charge)
-    spec = fee_terms(charge) if charge.is_fee else None
-    listed: Decimal | None = None
-    contracted: Decimal | None = None
-    unit = UNITS[charge.source]
-    if spec is not None:
-        listed = contracted = units(spec.price_micros)
-        unit = fee_unit(spec)
-    elif not charge.is_fee and charge.price_list is not None:
-        listed, contracted = _usage_prices(charge)
+    listing = _listing(charge)
     return SkuColumns(
-        unit=unit,
+        unit=listing.unit,
         meter=METERS[charge.source],
-        list_price=listed,
-        contracted_price=contracted,
-        fee_price_micros=None if spec is None else spec.price_micros,
+        list_price=listing.list_price,
+        contracted_price=listing.contracted_price,
+        fee_price_micros=None if listing.fee is None else listing.fee.price_micros,
         sku_id=sku_id,
         sku_price_id=price_id,
         sku_price_details=text(details),
