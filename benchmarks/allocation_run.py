@@ -43,7 +43,7 @@ from finops.kube import costjobs
 from finops.opencost import client as opencost_client
 from finops.opencost import config as opencost_config
 from finops.store import migrate
-from finops_devenv import controlplane, postgres
+from finops_devenv import controlplane, ports, postgres
 
 CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 SCHEDULED = dt.datetime(2026, 10, 3, 10, tzinfo=dt.UTC)
@@ -151,7 +151,7 @@ def _raw_copy(dsn: str) -> tuple[int, float]:
 @contextlib.contextmanager
 def _replay_process(namespaces: int, pods: int) -> Iterator[str]:
     """The replay server in its own process, answering from bytes built once."""
-    port = controlplane.free_port()
+    port = ports.free_port()
     command = [sys.executable, "-m", "finops_devenv.opencost_replay", "--port", str(port)]
     command += ["--namespaces", str(namespaces), "--pods", str(pods), "--containers", "1"]
     command += ["--seed", "1", "--prebuilt"]

@@ -38,7 +38,7 @@ import httpx
 from benchmarks import convergence
 
 from finops.controller import watched
-from finops_devenv import controlplane
+from finops_devenv import controlplane, ports
 
 CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 GROUP = "/apis/finops.stakater.com/v1alpha1"
@@ -170,8 +170,8 @@ class Controller:
     """One controller process (`module` is `finops.operator` or the full-store variant)."""
 
     def __init__(self, cp: controlplane.ControlPlane, ns: str, module: str) -> None:
-        self.probe = controlplane.free_port()
-        self.metrics = controlplane.free_port()
+        self.probe = ports.free_port()
+        self.metrics = ports.free_port()
         env = convergence.controller_env(cp, ns, resync_seconds=3600)
         env["FINOPS_WORKERS"] = "4"
         self.log_fd, self.log_name = tempfile.mkstemp(prefix="memory-controller-", suffix=".log")

@@ -48,7 +48,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from finops.api import bodies
 from finops.kube import events
-from finops_devenv import controlplane
+from finops_devenv import controlplane, ports
 
 CRDS = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "crds"
 GROUP = "/apis/finops.stakater.com/v1alpha1"
@@ -398,7 +398,7 @@ def controller_env(
 def start_controller(
     cp: controlplane.ControlPlane, ns: str, workers: int, metrics_port: int, profile: str = ""
 ) -> subprocess.Popen[bytes]:
-    probe = controlplane.free_port()
+    probe = ports.free_port()
     env = controller_env(cp, ns, resync_seconds=600)
     if workers:
         env["FINOPS_WORKERS"] = str(workers)
@@ -470,7 +470,7 @@ def measure(families: int, args: Any) -> Size:
         wait_gone(cp, subs_path)
 
         # 2. The controller up, its Offerings ready, then everything at once.
-        metrics_port = controlplane.free_port()
+        metrics_port = ports.free_port()
         proc = start_controller(cp, ns, args.workers, metrics_port, args.profile)
         try:
             with cp.http() as client:

@@ -43,7 +43,7 @@ import httpx
 import psycopg
 
 from finops.store import migrate, reads
-from finops_devenv import postgres
+from finops_devenv import ports, postgres
 
 CLUSTER = "bench"
 FIRST = dt.datetime(2025, 4, 1, tzinfo=dt.UTC)
@@ -180,7 +180,7 @@ def gateway_process(
     dsn: str, cluster: str, timeout: float = 60
 ) -> Iterator[tuple[httpx.Client, int]]:
     """`gateway`, for `cluster`, with the process id (whose memory a benchmark may read)."""
-    port = postgres.free_port()
+    port = ports.free_port()
     env = dict(os.environ, PG_CONNECTION_STRING=dsn, PORT=str(port), CLUSTER_ID=cluster)
     env["ENABLE_AUTH"] = "false"
     proc = subprocess.Popen(

@@ -182,11 +182,11 @@ def test_the_postgres_pod_killed_comes_back_with_every_row(
 
     def back() -> bool:
         found = release.get(node, "pod", "-n", NAMESPACE, pod)
-        return bool(
-            found
-            and found["metadata"]["uid"] != uid
-            and all(c["ready"] for c in found["status"].get("containerStatuses") or [{}])
-        )
+        if not found or found["metadata"]["uid"] == uid:
+            return False
+        # A new pod reports no container statuses until the kubelet has started it.
+        statuses = found.get("status", {}).get("containerStatuses") or []
+        return bool(statuses) and all(c.get("ready") for c in statuses)
 
     release.wait_for(node, "the PostgreSQL pod back and ready", back, 180, every=2)
     assert ledger_digest(node) == before

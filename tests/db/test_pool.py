@@ -15,7 +15,7 @@ import pytest
 from psycopg import conninfo
 
 from finops.store import migrate, pool
-from finops_devenv import postgres
+from finops_devenv import ports, postgres
 from tests.db import builders
 
 
@@ -76,7 +76,7 @@ class TestSecretsStaySecret:
     ) -> None:
         caplog.set_level(logging.DEBUG)
         secret = "s3cr3t/with:odd@chars"
-        port = postgres.free_port()  # nothing listens here
+        port = ports.free_port()  # nothing listens here
         dsn = f"postgresql://ledger:{urllib.parse.quote(secret, safe='')}@127.0.0.1:{port}/finops"
         with pytest.raises(pool.LedgerConnectionError) as caught:
             pool.connect(dsn, connect_timeout=2)
@@ -179,7 +179,7 @@ class TestWaitingAtStart:
             waits.append(seconds)
             now[0] += seconds
 
-        dsn = f"host=127.0.0.1 port={postgres.free_port()} user=nobody dbname=none"
+        dsn = f"host=127.0.0.1 port={ports.free_port()} user=nobody dbname=none"
         with pytest.raises(pool.LedgerConnectionError) as err:
             pool.wait_until_reachable(dsn, within=20, sleep=sleep, clock=lambda: now[0])
         assert err.value.transient

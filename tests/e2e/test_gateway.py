@@ -24,7 +24,7 @@ from tests.oracle import charge_rows
 from tests.oracle import ledger as oracle_ledger
 
 from finops.store import mirror, pool
-from finops_devenv import controlplane
+from finops_devenv import controlplane, ports
 
 H0 = dt.datetime(2026, 4, 1, 9, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
@@ -97,7 +97,7 @@ def _write_ledger(dsn: str, namespace: str, uid: str) -> list[charge_rows.Charge
 
 @contextlib.contextmanager
 def _gateway(kube: controlplane.ControlPlane, dsn: str, *, auth: str | None) -> Iterator[str]:
-    port = controlplane.free_port()
+    port = ports.free_port()
     env = {k: v for k, v in os.environ.items() if k != "ENABLE_AUTH"}
     env.update(KUBECONFIG=str(kube.kubeconfig), PG_CONNECTION_STRING=dsn, PORT=str(port))
     env["ALLOWED_ORIGINS"] = "https://console.example.com"

@@ -40,7 +40,7 @@ from tests.e2e import test_gateway as support
 from tests.kube import _contract as api
 
 from finops.cli import validate
-from finops_devenv import controlplane
+from finops_devenv import controlplane, ports
 
 MANIFEST_EXAMPLES = 300
 GATEWAY_EXAMPLES = 400
@@ -367,7 +367,7 @@ def raw_get(port: int, target: str, authorization: str | None) -> tuple[int, byt
 @contextlib.contextmanager
 def gateway(kube: controlplane.ControlPlane, dsn: str, *, auth: str) -> Iterator[int]:
     """The real `finops-gateway` process on a free port, authentication "on" or "off"."""
-    port = controlplane.free_port()
+    port = ports.free_port()
     env = {k: v for k, v in os.environ.items() if k != "ENABLE_AUTH"}
     env.update(KUBECONFIG=str(kube.kubeconfig), PG_CONNECTION_STRING=dsn, PORT=str(port))
     if auth == "off":

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from finops_devenv import controlplane
+from finops_devenv import controlplane, ports
 
 T = TypeVar("T")
 
@@ -53,9 +53,9 @@ class ControllerProcess:
     ) -> None:
         self.kube = kube
         self.namespace = namespace
-        self.probe_port = controlplane.free_port()
-        self.metrics_port = controlplane.free_port()
-        self.webhook_port = controlplane.free_port()
+        self.probe_port = ports.free_port()
+        self.metrics_port = ports.free_port()
+        self.webhook_port = ports.free_port()
         self.log_fd, log_name = tempfile.mkstemp(prefix="controller-", suffix=".log")
         self.log_path = pathlib.Path(log_name)
         base = {

@@ -32,7 +32,7 @@ from tests.e2e import test_gateway as ledger
 from tests.kube import _helm
 
 from finops.api import environment
-from finops_devenv import controlplane
+from finops_devenv import controlplane, ports
 
 GATEWAY = "finops-operator-finops-gateway-gateway"
 GATEWAY_SA = "finops-operator-finops-gateway"
@@ -287,7 +287,7 @@ def chart_gateway(
     release_ns, ns_a, ns_b = (f"t-{uuid.uuid4().hex[:10]}" for _ in range(3))
     for ns in (release_ns, ns_a, ns_b):
         kube.create_namespace(ns)
-    port = controlplane.free_port()  # a free port instead of 8080: tests share the machine
+    port = ports.free_port()  # a free port instead of 8080: tests share the machine
     values = {"finopsGatewayGateway": {"finopsGatewayContainer": {"env": {"port": str(port)}}}}
     release = f"fo-{uuid.uuid4().hex[:6]}"  # apart from other tests' cluster-scoped names
     fullname = f"{release}-finops-operator"

@@ -16,7 +16,6 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -27,7 +26,7 @@ from typing import Any
 import httpx
 import yaml
 
-from finops_devenv import tls
+from finops_devenv import ports, tls
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +71,6 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _scratch_root() -> str | None:
@@ -147,7 +138,7 @@ class ControlPlane:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     def _start_etcd(self) -> str:
-        client, peer = free_port(), free_port()
+        client, peer = ports.free_port(), ports.free_port()
         url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
         self._spawn(
             "etcd",
@@ -168,7 +159,7 @@ class ControlPlane:
         return url
 
     def _start_apiserver(self, etcd_url: str) -> None:
-        self.port = free_port()
+        self.port = ports.free_port()
         self.server = f"https://127.0.0.1:{self.port}"
         serving_crt, serving_key = self._serving_ca.serving(["127.0.0.1", "localhost"]).write(
             self.dir, "apiserver"

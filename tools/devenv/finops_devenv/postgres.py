@@ -25,7 +25,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -34,6 +33,8 @@ from collections.abc import Iterator
 
 import psycopg
 from psycopg import conninfo, sql
+
+from finops_devenv import ports
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +75,6 @@ def _debian_bin_dirs() -> list[str]:
         return int(match.group(1)) if match else -1
 
     return sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=major, reverse=True)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,7 +326,7 @@ class PostgresCluster:
         """Pick a free port and start; another process may grab it first, so retry."""
         last_error = ""
         for _ in range(_PORT_ATTEMPTS):
-            self.port = free_port()
+            self.port = ports.free_port()
             proc = self._spawn()
             if self._wait_ready():
                 log.info("PostgreSQL ready on 127.0.0.1:%s (%s)", self.port, self.dir)

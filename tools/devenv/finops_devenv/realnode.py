@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import yaml
 
-from finops_devenv import controlplane, tls
+from finops_devenv import controlplane, ports, tls
 
 log = logging.getLogger(__name__)
 
@@ -503,7 +503,7 @@ class RealNode:
 
     def _start_etcd(self) -> None:
         assert self.control_bin is not None
-        client, peer = controlplane.free_port(), controlplane.free_port()
+        client, peer = ports.free_port(), ports.free_port()
         self._etcd_url = f"http://127.0.0.1:{client}"
         peer_url = f"http://127.0.0.1:{peer}"
         self._spawn(
@@ -579,7 +579,7 @@ class RealNode:
                 "--use-service-account-credentials=true",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={controlplane.free_port()}",
+                f"--secure-port={ports.free_port()}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--controllers=*",
                 "--concurrent-cron-job-syncs=5",
@@ -595,7 +595,7 @@ class RealNode:
                 f"--authorization-kubeconfig={pki / 'scheduler.kubeconfig'}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={controlplane.free_port()}",
+                f"--secure-port={ports.free_port()}",
                 "--profiling=false",
             ],
         )
@@ -703,7 +703,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.grpc.v1.cri.
             "port": 10250,
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
-            "healthzPort": controlplane.free_port(),
+            "healthzPort": ports.free_port(),
             "authentication": {
                 "anonymous": {"enabled": False},
                 "webhook": {"enabled": True},
@@ -769,8 +769,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.grpc.v1.cri.
             "hostnameOverride": NODE_NAME,
             "bindAddress": NODE_IP,
             "conntrack": {"maxPerCore": 0},
-            "metricsBindAddress": f"127.0.0.1:{controlplane.free_port()}",
-            "healthzBindAddress": f"127.0.0.1:{controlplane.free_port()}",
+            "metricsBindAddress": f"127.0.0.1:{ports.free_port()}",
+            "healthzBindAddress": f"127.0.0.1:{ports.free_port()}",
             "nodePortAddresses": [f"{NODE_IP}/32"],
         }
         (self.dir / "kube-proxy.yaml").write_text(yaml.safe_dump(proxy))

@@ -35,7 +35,7 @@ from finops.billing import money
 from finops.collection import plan
 from finops.jobs import allocations as allocation_job
 from finops.jobs import charges as charge_job
-from finops_devenv import controlplane, postgres, sandbox_periods, tls
+from finops_devenv import controlplane, ports, postgres, sandbox_periods, tls
 from finops_devenv import opencost_replay as replay
 from finops_devenv import webhooks as local_webhooks
 
@@ -173,8 +173,8 @@ def services(
         _say(out, "starting the OpenCost replay server (real OpenCost captures)")
         opencost = stack.enter_context(replay.ReplayServer(replay.Captures(CAPTURES)))
         _create_system_namespace(kube)
-        probe_port, metrics_port = controlplane.free_port(), controlplane.free_port()
-        webhook_port = controlplane.free_port()
+        probe_port, metrics_port = ports.free_port(), ports.free_port()
+        webhook_port = ports.free_port()
         ca, cert_dir = _webhook_certs(state)
         log_path = state / "controller.log"
         controller_kubeconfig = (
@@ -279,7 +279,7 @@ def _start_gateway(
 ) -> tuple[subprocess.Popen[bytes], str]:
     """`finops-gateway` on a free loopback port, without authentication (nothing but this
     machine can reach it); returns the process and its URL once it answers."""
-    port = controlplane.free_port()
+    port = ports.free_port()
     env = {
         **os.environ,
         "PG_CONNECTION_STRING": dsn,
