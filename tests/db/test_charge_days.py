@@ -277,3 +277,52 @@ def test_whole_days_are_the_utc_days_inside_the_window() -> None:
         lo + dt.timedelta(hours=3),
         lo + dt.timedelta(hours=3),
     )
+
+
+def _hot_updates(conn: psycopg.Connection[Any], table: str) -> tuple[int, int]:
+    """(updates, heap-only updates) of `table` this backend has not reported yet."""
+    row = conn.execute(
+        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = %s",
+        (table,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_hourly_runs_update_the_month_sums_in_place(conn: psycopg.Connection[Any]) -> None:
+    """The hourly pattern (promote the open hour, write the next one) rewrites each month's
+    sum twice a run; the month sums leave room for both on the page (migration 0023), so no
+    run adds an index entry for them, the first or a later one, and the day sums keep room
+    for at least one."""
+    offering = builders.offering_version(conn)
+    for n in range(600):  # a few full pages of sums
+        builders.subscription_version(conn, uid=f"page-{n}")
+    write = """
+        INSERT INTO subscription_charges (cluster, subscription_uid, hour, source, quantity,
+            unit_price_micros, amount_micros, finalized, currency, offering_version_id,
+            subscription_version_id)
+        SELECT v.cluster, v.uid, %(hour)s, 'subscription', 1, 0, 7, false, 'USD',
+               %(offering)s, v.id
+        FROM subscription_versions v ORDER BY v.uid
+    """
+    promote = "UPDATE subscription_charges SET finalized = true WHERE hour = %(hour)s"
+    partitions.ensure(conn, start=BASE, end=BASE + dt.timedelta(hours=4))
+    conn.execute(write, {"hour": BASE, "offering": offering})
+    conn.commit()
+    for k in range(1, 4):
+        before, hour = BASE + dt.timedelta(hours=k - 1), BASE + dt.timedelta(hours=k)
+        # The counts are the backend's, kept until it reports them: differences, read inside
+        # the run's transaction (nothing is reported in the middle of one).
+        months_0, months_hot_0 = _hot_updates(conn, "charge_months")
+        days_0, days_hot_0 = _hot_updates(conn, "charge_days")
+        conn.execute(promote, {"hour": before})
+        conn.execute(write, {"hour": hour, "offering": offering})
+        months, months_hot = _hot_updates(conn, "charge_months")
+        days, days_hot = _hot_updates(conn, "charge_days")
+        conn.commit()
+        months, months_hot = months - months_0, months_hot - months_hot_0
+        days, days_hot = days - days_0, days_hot - days_hot_0
+        assert months == 2 * 600 and months_hot == months, f"run {k}"
+        assert days >= 600 and days_hot >= 600, f"run {k}"
+    sums = conn.execute("SELECT sum(amount_micros), sum(charge_rows) FROM charge_months")
+    assert sums.fetchone() == (7 * 600 * 4, 600 * 4)
