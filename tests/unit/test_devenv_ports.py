@@ -1,4 +1,5 @@
-"""The test servers' ports: distinct, outside the kernel's ephemeral range, and free when given."""
+"""The test servers' ports: distinct, clear of the kernel's ephemeral range and of Kubernetes'
+fixed ports, and free when given."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import pytest
 from finops_devenv import ports
 
 
-def test_ports_are_distinct_below_the_ephemeral_and_node_port_ranges() -> None:
+def test_ports_are_distinct_and_clear_of_the_ephemeral_and_kubernetes_ports() -> None:
     given = [ports.free_port() for _ in range(64)]
     assert len(set(given)) == len(given)
     ceiling = min(ports._ephemeral_start(), 30_000)
-    assert all(10_000 <= port < ceiling for port in given)
+    assert all(11_000 <= port < ceiling for port in given)
     for port in given:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))

@@ -4,7 +4,9 @@ Asking the kernel for port 0 and closing the socket hands out a port from the ep
 which the kernel may give again to the next caller (two flags of one process got the same port)
 or to any outgoing connection before the server binds it. Ports are therefore drawn below the
 ephemeral range (and below Kubernetes' NodePort range, 30000 up, which the real node's services
-use), never twice in one process, and each is checked to be bindable.
+use), above the ports Kubernetes' node and control-plane components listen on by default
+(10248–10259: the real node's kubelet takes 10250), never twice in one process, and each is
+checked to be bindable.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import random
 import socket
 import threading
 
-_LOWEST = 10_000
+_LOWEST = 11_000
 _NODE_PORTS = 30_000
 _given: set[int] = set()
 _lock = threading.Lock()
