@@ -176,13 +176,11 @@ def _copy_fees(
 # The finest aggregation of each hour of the usage windows (most dimensions, then by name).
 _LEVELS = """
     INSERT INTO charge_levels
-    WITH bounds AS (
-        SELECT min(s.lo) AS lo, max(s.hi) AS hi FROM charge_subs s
-        WHERE s.uid IN (SELECT uid FROM charge_sources)
-    ), levels AS (
+    WITH levels AS (
         SELECT DISTINCT ON (hour) hour, aggregation FROM (
-            SELECT DISTINCT a.hour, a.aggregation FROM provider_allocations a, bounds b
-            WHERE a.cluster = %(cluster)s AND a.hour >= b.lo AND a.hour < b.hi
+            SELECT DISTINCT a.hour, a.aggregation FROM provider_allocations a
+            WHERE a.cluster = %(cluster)s AND a.hour >= %(usage_lo)s::timestamptz
+              AND a.hour < %(usage_hi)s::timestamptz
         ) present
         ORDER BY hour, cardinality(string_to_array(aggregation, ',')) DESC, aggregation
     )
@@ -229,6 +227,12 @@ _PAIRS = """
     GROUP BY c.uid, c.namespace, s.lo, s.hi, s.fresh
 """
 
+# The hours every usage window lies in, as constants: the planner then reads the allocation
+# rows by the primary key's (cluster, hour) range instead of scanning the whole history of the
+# table (a join on the windows alone gives it no bound; with nested loops off it scanned every
+# allocation row of every hourly run, a cost that grew with the history kept).
+_WINDOW = "a.hour >= %(usage_lo)s::timestamptz AND a.hour < %(usage_hi)s::timestamptz"
+
 # Each (Subscription, allocation row) its sources select, at most once: of the fresh
 # Subscriptions or of the others (`fresh`), as the statement writes to the ledger or stages.
 _MATCHED = f"""
@@ -238,13 +242,13 @@ _MATCHED = f"""
         JOIN provider_allocations a ON a.namespace = p.namespace
              AND a.hour >= p.lo AND a.hour < p.hi
         JOIN charge_levels l ON l.hour = a.hour AND l.aggregation = a.aggregation
-        WHERE a.cluster = %(cluster)s AND p.fresh = %(fresh)s AND (p.whole OR EXISTS (
+        WHERE a.cluster = %(cluster)s AND {_WINDOW} AND p.fresh = %(fresh)s AND (p.whole OR EXISTS (
             SELECT 1 FROM charge_sources c
             WHERE c.uid = p.uid AND c.namespace = p.namespace AND {_MATCH}))
         UNION ALL
         SELECT s.uid, {_ALLOCATION}
         FROM charge_subs s
-        JOIN provider_allocations a ON a.cluster = %(cluster)s
+        JOIN provider_allocations a ON a.cluster = %(cluster)s AND {_WINDOW}
              AND a.hour >= s.lo AND a.hour < s.hi
         JOIN charge_levels l ON l.hour = a.hour AND l.aggregation = a.aggregation
         WHERE s.fresh = %(fresh)s
@@ -557,10 +561,16 @@ def _params(
 ) -> dict[str, Any]:
     """The named parameters every statement of the write draws from."""
     any_lo, any_hi = tables.usage.anywhere or (None, None)
+    sourced = {uid for uid, *_ in tables.sources}
+    windows = [(lo, hi) for uid, lo, hi, *_ in tables.subscriptions if uid in sourced]
+    usage_lo = min((lo for lo, _ in windows), default=None)
+    usage_hi = max((hi for _, hi in windows), default=None)
     return {
         "cluster": cluster,
         "any_lo": any_lo,
         "any_hi": any_hi,
+        "usage_lo": usage_lo,
+        "usage_hi": usage_hi,
         "scheduled": scheduled,
         "boundary": boundary,
         "fee_currency": tables.fee_currency,
