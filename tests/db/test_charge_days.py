@@ -32,6 +32,10 @@ SOURCES = ("subscription", "cpuHour", "ramGbHour")
 NAMESPACES = ("team-a", "team-b")
 
 
+def _next(month: dt.datetime) -> dt.datetime:
+    return (month + dt.timedelta(days=32)).replace(day=1)
+
+
 def _versions(conn: psycopg.Connection[Any]) -> tuple[list[int], list[int]]:
     """Two Offering versions and three Subscription versions over two namespaces."""
     offerings = [builders.offering_version(conn, generation=g) for g in (1, 2)]
@@ -162,9 +166,28 @@ def test_the_daily_sums_always_equal_the_rows_they_sum(
                     conn, cluster=cluster, subscription_uids=uids, start=month, end=day
                 )
                 nonzero = {u: {s: a for s, a in per.items() if a} for u, per in exact.items()}
-                assert store_charges.month_to_day_sums(
-                    conn, cluster=cluster, subscription_uids=uids, month=month, day=day
-                ) == {u: per for u, per in nonzero.items() if per}
+                # Two windows from the day on, the second reaching past the rows or to the
+                # month's end: what a charge run reads with the month so far.
+                ends = (
+                    day + dt.timedelta(hours=5),
+                    min(day + dt.timedelta(hours=40), _next(month)),
+                )
+                windows = [(day, ends[0]), ends]
+                so_far, *sums = store_charges.bucket_sums(
+                    conn,
+                    cluster=cluster,
+                    subscription_uids=uids,
+                    month=month,
+                    day=day,
+                    windows=windows,
+                )
+                assert so_far == {u: per for u, per in nonzero.items() if per}
+                assert sums == [
+                    oracle_ledger.sums(
+                        conn, cluster=cluster, subscription_uids=uids, start=a, end=b
+                    )
+                    for a, b in windows
+                ]
 
 
 def test_a_statement_that_fails_leaves_the_daily_sums_as_they_were(

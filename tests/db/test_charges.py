@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from finops.store import charges
 from tests.db import builders
-from tests.db.builders import CLUSTER, hour
+from tests.db.builders import CLUSTER, HOUR, hour
 from tests.oracle import charge_rows
 from tests.oracle import ledger as oracle_ledger
 
@@ -238,11 +238,18 @@ class TestSums:
         edges: list[int],
     ) -> None:
         """The charge run's read-back (one query, a FILTER per window) against one `sums`
-        per window: windows that touch, overlap, are empty or hold nothing."""
+        per window: windows that touch, overlap, are empty or hold nothing; and the month so
+        far (month sums less the rows from the day on) against `sums` over it."""
         conn.execute("TRUNCATE subscription_charges")
+        # Each row under its own Subscription's version, as the charge run writes them: the
+        # month so far is read through the versions' month sums.
+        own = {
+            uid: Versions(versions.offering, builders.subscription_version(conn, uid=uid))
+            for uid in {uid for uid, *_ in cells}
+        }
         rows = {
             (uid, h, source): dataclasses.replace(
-                fee(h, versions, uid=uid, finalized=final), source=source, amount_micros=amount
+                fee(h, own[uid], uid=uid, finalized=final), source=source, amount_micros=amount
             )
             for uid, h, source, amount, final in cells
         }
@@ -251,14 +258,39 @@ class TestSums:
             (hour(a), hour(b)) for a, b in zip(edges, [*edges[1:], edges[0] + 2], strict=True)
         ]
         uids = ["sub-uid-1", "sub-uid-2", "sub-uid-9"]
-        one = charges.window_sums(conn, cluster=CLUSTER, subscription_uids=uids, windows=windows)
+        month = hour(0).replace(day=1, hour=0)
+        day = hour(-1).replace(hour=0)
+        one = charges.bucket_sums(
+            conn, cluster=CLUSTER, subscription_uids=uids, month=month, day=day, windows=windows
+        )
+        before = oracle_ledger.sums(
+            conn, cluster=CLUSTER, subscription_uids=uids, start=month, end=day
+        )
         each = [
             oracle_ledger.sums(conn, cluster=CLUSTER, subscription_uids=uids, start=s, end=e)
             if s < e
             else {}
             for s, e in windows
         ]
-        assert one == each
+        nonzero = {u: {s: a for s, a in per.items() if a} for u, per in before.items()}
+        assert one == [{u: per for u, per in nonzero.items() if per}, *each]
+
+    def test_bucket_sums_refuse_windows_outside_the_rows_they_read(
+        self, conn: psycopg.Connection[Any]
+    ) -> None:
+        """The windows are summed from the month's rows from `day` on; one reaching before
+        `day` or past the month would be summed short, so it is refused."""
+        month, day = hour(0).replace(day=1, hour=0), hour(0).replace(hour=0)
+        args = {"cluster": CLUSTER, "subscription_uids": ["sub-uid-1"], "month": month}
+        with pytest.raises(ValueError, match="is not within"):
+            charges.bucket_sums(conn, **args, day=day, windows=[(day - HOUR, day)])
+        with pytest.raises(ValueError, match="is not within"):
+            charges.bucket_sums(
+                conn, **args, day=day, windows=[(day, month.replace(month=5) + HOUR)]
+            )
+        with pytest.raises(ValueError, match="is not in the month"):
+            charges.bucket_sums(conn, **args, day=month.replace(month=5), windows=[])
+        assert charges.bucket_sums(conn, **args, day=day, windows=[(day, day)]) == [{}, {}]
 
     def test_charges_roll_up_per_tenant_through_their_subscription_version(
         self, conn: psycopg.Connection[Any], versions: Versions

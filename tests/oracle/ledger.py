@@ -8,7 +8,7 @@ one-window sums, the references the set-based product paths are held to.
 - `read`, `pricebooks`, `usage_rows`, `priced_usage`: allocation rows and their PriceBook rates
   read back into Python, for the `Fraction` oracle of the charge run;
 - `watermark`, `sums`, `sums_by_tenant`, `sums_for_tenant`: one Subscription's watermark and
-  one window's sums (the product reads several at once: `watermarks`, `window_sums`).
+  one window's sums (the product reads several at once: `watermarks`, `bucket_sums`).
 """
 
 from __future__ import annotations
@@ -393,7 +393,7 @@ def sums(
 
     Finalized and in-progress rows both count. Sources with no rows are absent, as are
     Subscriptions with none. The charge run reads its buckets' `current` through
-    `window_sums`, several windows in one query; this one-window form is what tests hold
+    `bucket_sums`, several windows in one query; this one-window form is what tests hold
     it to.
     """
     for value, what in ((start, "start"), (end, "end")):

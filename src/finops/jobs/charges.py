@@ -135,13 +135,9 @@ def read_settled(
     `FromDB` path every `current` is this sum, never a recomputation."""
     spans = charges.ledger_windows(scheduled)
     (month, day), *rest = spans
-    so_far = store_charges.month_to_day_sums(
-        conn, cluster=cluster, subscription_uids=uids, month=month, day=day
+    sums = store_charges.bucket_sums(
+        conn, cluster=cluster, subscription_uids=uids, month=month, day=day, windows=rest
     )
-    sums = [
-        so_far,
-        *store_charges.window_sums(conn, cluster=cluster, subscription_uids=uids, windows=rest),
-    ]
     return {uid: charges.settled_charges(spans, [w.get(uid, {}) for w in sums]) for uid in uids}
 
 

@@ -133,86 +133,96 @@ def watermarks(
     return {str(uid): hour.astimezone(dt.UTC) for uid, hour in rows}
 
 
-def window_sums(
-    conn: psycopg.Connection[Any],
-    *,
-    cluster: str,
-    subscription_uids: Collection[str],
-    windows: Sequence[tuple[dt.datetime, dt.datetime]],
-) -> list[dict[str, dict[str, int]]]:
-    """`sums` for each of several windows, in one query: the read-back of a charge
-    run (three windows) scans the Subscriptions' rows once instead of once per window. An
-    empty window (start >= end) sums to {}."""
-    for start, end in windows:
-        for value, what in ((start, "start"), (end, "end")):
-            if value.tzinfo is None or value.utcoffset() is None:
-                raise ValueError(f"{what} must be timezone-aware, got {value!r}")
-    spans = [(s, e) for s, e in windows if s < e]
-    result: list[dict[str, dict[str, int]]] = [{} for _ in windows]
-    if not spans:
-        return result
-    filters = ", ".join(
-        f"sum(amount_micros) FILTER (WHERE hour >= %(s{i})s AND hour < %(e{i})s)"
-        for i in range(len(spans))
-    )
-    params: dict[str, Any] = {"cluster": cluster, "uids": list(subscription_uids)}
-    for i, (s, e) in enumerate(spans):
-        params[f"s{i}"], params[f"e{i}"] = s, e
-    bounds = " OR ".join(f"(hour >= %(s{i})s AND hour < %(e{i})s)" for i in range(len(spans)))
-    rows = conn.execute(
-        f"""
-        SELECT subscription_uid, source, {filters} FROM subscription_charges
+# The month so far and the windows from its day on, in one read of that day's rows: the
+# month's sums less those rows, and a FILTER per window over the same rows.
+_BUCKET_SUMS = """
+    WITH months AS (
+        SELECT v.uid, m.source, sum(m.amount_micros) AS amount
+        FROM charge_months m JOIN subscription_versions v ON v.id = m.subscription_version_id
+        WHERE m.cluster = %(cluster)s AND m.month = %(month)s AND v.cluster = %(cluster)s
+          AND v.uid = ANY(%(uids)b)
+        GROUP BY 1, 2
+    ), later AS (
+        SELECT subscription_uid AS uid, source, sum(amount_micros) AS amount{filters}
+        FROM subscription_charges
         WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
-          AND hour >= %(lo)s AND hour < %(hi)s AND ({bounds})
-        GROUP BY subscription_uid, source
-        """.encode(),
-        {**params, "lo": min(s for s, _ in spans), "hi": max(e for _, e in spans)},
-    ).fetchall()
-    where = [i for i, (s, e) in enumerate(windows) if s < e]
-    for uid, source, *totals in rows:
-        for i, total in zip(where, totals, strict=True):
-            if total is not None:
-                result[i].setdefault(str(uid), {})[str(source)] = int(total)
-    return result
+          AND hour >= %(day)s AND hour < %(next)s
+        GROUP BY 1, 2
+    )
+    SELECT coalesce(m.uid, l.uid), coalesce(m.source, l.source),
+           coalesce(m.amount, 0) - coalesce(l.amount, 0){picked}
+    FROM months m FULL JOIN later l ON l.uid = m.uid AND l.source = m.source
+"""
 
 
-def month_to_day_sums(
+def _month_end(
+    month: dt.datetime, day: dt.datetime, windows: Sequence[tuple[dt.datetime, dt.datetime]]
+) -> dt.datetime:
+    """The end of `month`, once `day` is known to be in it and every window within `[day,
+    month end)`: a window outside would be summed short by `bucket_sums`."""
+    next_month = (month + dt.timedelta(days=32)).replace(day=1)
+    for value, what in (
+        (month, "month"),
+        (day, "day"),
+        *((w, "window") for p in windows for w in p),
+    ):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
+    if not month <= day < next_month:
+        raise ValueError(f"day {day.isoformat()} is not in the month of {month.isoformat()}")
+    for start, end in windows:
+        if start < end and (start < day or end > next_month):
+            raise ValueError(
+                f"window [{start.isoformat()}, {end.isoformat()}) is not within"
+                f" [{day.isoformat()}, {next_month.isoformat()})"
+            )
+    return next_month
+
+
+def bucket_sums(
     conn: psycopg.Connection[Any],
     *,
     cluster: str,
     subscription_uids: Collection[str],
     month: dt.datetime,
     day: dt.datetime,
-) -> dict[str, dict[str, int]]:
-    """`sums` over `[month, day)`, where `month` starts a UTC month and `day` is a UTC day of
-    it: the month's sums (`charge_months`, kept by the ledger's triggers) less the rows from
-    `day` to the month's end. Why: the charge run reads this every hour, and from the rows
-    alone it costs every hour of the month so far; this way it costs the rows of one day."""
-    next_month = (month + dt.timedelta(days=32)).replace(day=1)
-    rows = conn.execute(
-        b"""
-        SELECT uid, source, sum(amount) FROM (
-            SELECT v.uid, m.source, m.amount_micros AS amount
-            FROM charge_months m JOIN subscription_versions v ON v.id = m.subscription_version_id
-            WHERE m.cluster = %(cluster)s AND m.month = %(month)s AND v.cluster = %(cluster)s
-              AND v.uid = ANY(%(uids)b)
-            UNION ALL
-            SELECT subscription_uid, source, -amount_micros FROM subscription_charges
-            WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
-              AND hour >= %(day)s AND hour < %(next)s
-        ) r
-        GROUP BY 1, 2
-        """,
-        {
-            "cluster": cluster,
-            "uids": list(subscription_uids),
-            "month": month,
-            "day": day,
-            "next": next_month,
-        },
-    ).fetchall()
-    result: dict[str, dict[str, int]] = {}
-    for uid, source, total in rows:
-        if total:
-            result.setdefault(str(uid), {})[str(source)] = int(total)
-    return result
+    windows: Sequence[tuple[dt.datetime, dt.datetime]],
+) -> list[dict[str, dict[str, int]]]:
+    """`sums` over `[month, day)`, then over each window, in one query: what a charge run
+    reads back for the buckets every hour.
+
+    `month` starts a UTC month, `day` is a UTC day of it, and every window lies in `[day,
+    next month)`. The first sum is the month's sums (`charge_months`, kept by the ledger's
+    triggers) less the month's rows from `day` on, so it costs the rows of one day, not every
+    hour of the month so far; those same rows, read once, give each window's sums. A sum over
+    `[month, day)` that comes to zero is left out; a window's is kept when the window holds
+    rows. An empty window (start >= end) sums to {}."""
+    next_month = _month_end(month, day, windows)
+    spans = [(s, e) for s, e in windows if s < e]
+    params: dict[str, Any] = {
+        "cluster": cluster,
+        "uids": list(subscription_uids),
+        "month": month,
+        "day": day,
+        "next": next_month,
+    }
+    for i, (s, e) in enumerate(spans):
+        params[f"s{i}"], params[f"e{i}"] = s, e
+    statement = _BUCKET_SUMS.format(
+        filters="".join(
+            f", sum(amount_micros) FILTER (WHERE hour >= %(s{i})s AND hour < %(e{i})s) AS w{i}"
+            for i in range(len(spans))
+        ),
+        picked="".join(f", l.w{i}" for i in range(len(spans))),
+    )
+    rows = conn.execute(statement.encode(), params).fetchall()
+    so_far: dict[str, dict[str, int]] = {}
+    result: list[dict[str, dict[str, int]]] = [{} for _ in windows]
+    where = [i for i, (s, e) in enumerate(windows) if s < e]
+    for uid, source, before, *totals in rows:
+        if before:
+            so_far.setdefault(str(uid), {})[str(source)] = int(before)
+        for i, total in zip(where, totals, strict=True):
+            if total is not None:
+                result[i].setdefault(str(uid), {})[str(source)] = int(total)
+    return [so_far, *result]
