@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeAlias
 
@@ -133,6 +134,13 @@ class UsageWindows:
     @property
     def empty(self) -> bool:
         return not self.per_namespace and self.anywhere is None
+
+    @property
+    def bounds(self) -> Window | None:
+        """The smallest window holding them all (None when there are none): the hours the
+        run's usage statements can read at all."""
+        spans = [*self.per_namespace.values(), *([self.anywhere] if self.anywhere else [])]
+        return functools.reduce(widen, spans) if spans else None
 
 
 def usage_windows(billed: Iterable[Billed], charged: Mapping[str, Window]) -> UsageWindows:

@@ -561,10 +561,7 @@ def _params(
 ) -> dict[str, Any]:
     """The named parameters every statement of the write draws from."""
     any_lo, any_hi = tables.usage.anywhere or (None, None)
-    sourced = {uid for uid, *_ in tables.sources}
-    windows = [(lo, hi) for uid, lo, hi, *_ in tables.subscriptions if uid in sourced]
-    usage_lo = min((lo for lo, _ in windows), default=None)
-    usage_hi = max((hi for _, hi in windows), default=None)
+    usage_lo, usage_hi = tables.usage.bounds or (None, None)
     return {
         "cluster": cluster,
         "any_lo": any_lo,

@@ -123,10 +123,13 @@ class TestWindows:
         assert dict(wanted.per_namespace) == {"n1": (at(9), at(13)), "n2": (at(10), at(13))}
         assert wanted.anywhere == (at(12), at(14))
         assert not wanted.empty
+        # Subscription d bills no usage: its wider window is not among the hours to read.
+        assert wanted.bounds == (at(9), at(14))
 
     def test_no_usage_billing_subscription_means_nothing_to_read(self) -> None:
         wanted = charge_plan.usage_windows([billed("a", FEE)], {"a": (at(9), at(10))})
         assert wanted.empty
+        assert wanted.bounds is None
 
     def test_widen_is_the_smallest_window_holding_both(self) -> None:
         assert charge_plan.widen((at(9), at(10)), (at(12), at(13))) == (at(9), at(13))
