@@ -32,10 +32,6 @@ SOURCES = ("subscription", "cpuHour", "ramGbHour")
 NAMESPACES = ("team-a", "team-b")
 
 
-def _next(month: dt.datetime) -> dt.datetime:
-    return (month + dt.timedelta(days=32)).replace(day=1)
-
-
 def _versions(conn: psycopg.Connection[Any]) -> tuple[list[int], list[int]]:
     """Two Offering versions and three Subscription versions over two namespaces."""
     offerings = [builders.offering_version(conn, generation=g) for g in (1, 2)]
@@ -170,7 +166,7 @@ def test_the_daily_sums_always_equal_the_rows_they_sum(
                 # month's end: what a charge run reads with the month so far.
                 ends = (
                     day + dt.timedelta(hours=5),
-                    min(day + dt.timedelta(hours=40), _next(month)),
+                    min(day + dt.timedelta(hours=40), partitions.add_months(month, 1)),
                 )
                 windows = [(day, ends[0]), ends]
                 so_far, *sums = store_charges.bucket_sums(

@@ -14,6 +14,8 @@ from typing import Any
 
 import psycopg
 
+from finops.store import partitions
+
 COLUMNS = (
     "cluster",
     "subscription_uid",
@@ -160,7 +162,7 @@ def _month_end(
 ) -> dt.datetime:
     """The end of `month`, once `day` is known to be in it and every window within `[day,
     month end)`: a window outside would be summed short by `bucket_sums`."""
-    next_month = (month + dt.timedelta(days=32)).replace(day=1)
+    next_month = partitions.add_months(month, 1)
     for value, what in (
         (month, "month"),
         (day, "day"),
