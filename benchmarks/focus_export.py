@@ -166,8 +166,11 @@ def phases(dsn: str, start: dt.datetime, end: dt.datetime) -> dict[str, float]:
     rows = 0
     with psycopg.connect(dsn) as conn:
         index = focus_store.period_index(conn, cluster=ly.CLUSTER)
+        for name, value in focus_csv.PLANNER.items():
+            conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+        (part,) = focus_csv.by_period(window, index)
         began = time.perf_counter()
-        params = {**window, **focus_csv.key_tables(conn, window, index)}
+        params = {**part, **focus_csv.key_tables(conn, part, index)}
         keys = time.perf_counter() - began
         query = f"COPY ({focus_csv.rows_statement(None)}) TO STDOUT {focus_csv.COPY_OPTIONS}"
         began = time.perf_counter()

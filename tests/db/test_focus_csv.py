@@ -3,7 +3,8 @@ the row builder (`focus.row` over `focus_store.charges`, written by `focus.csv_l
 generated ledgers: fees of every alignment with whole and prorated quantities (ties of the
 half-even rounding included), usage with factor and absolute margins (negative ones too), rows
 with and without a PriceBook, Offerings with no or broken fee terms, labels on the namespace
-and the Subscription sharing keys and holding characters CSV and JSON must escape, unsettled
+and the Subscription sharing keys and holding characters CSV and JSON must escape (and `%`,
+which the line templates must), unsettled
 hours, a closed period with corrections, a calendar that is not UTC, one namespace or all,
 currencies including none, and an empty provider name or one with a line break."""
 
@@ -20,7 +21,6 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
-from psycopg.types.json import Jsonb
 
 from finops.billing import focus, periods
 from finops.store import allocations, focus_csv, mirror, unit
@@ -33,7 +33,7 @@ HOURS = 12
 HOUR = dt.timedelta(hours=1)
 SOURCES = ("subscription", "cpuHour", "gpuHour", "ramGbHour", "pvGbHour", "networkGb")
 METERS = SOURCES[1:]
-ODD = "a,\"b\n\r\\é\u2028\x01 ;'{}[]:"
+ODD = "a,\"b\n\r\\é\u2028\x01 ;'{}[]:%s%1$s"
 NAMESPACES = ("team-a", "team,b", 'te"am')
 _clusters = itertools.count()
 
@@ -204,7 +204,7 @@ def same_bytes(
     number of rows compared."""
     compared = 0
     for namespace, unsettled in itertools.product((None, *NAMESPACES), (False, True)):
-        for provider in (focus.DEFAULT_PROVIDER, "", 'Acme, "Inc"\r\n\x1e\x1f'):
+        for provider in (focus.DEFAULT_PROVIDER, "", 'Acme, "Inc" 100%\r\n\x1e\x1f'):
             window = {
                 "cluster": cluster,
                 "start": start,
@@ -277,6 +277,30 @@ def test_rounding_ties_are_the_same_bytes(ledger_dsn: str) -> None:
         assert same_bytes(conn, cluster, START, START + HOURS * HOUR) > 0
 
 
+def test_the_rows_of_an_hour_come_in_the_row_builders_order(ledger_dsn: str) -> None:
+    """Every Subscription bills several sources in the same hours, so the order within an
+    hour (namespace, name, source, uid) is the rows' only difference; a second version of
+    one Subscription takes over in the second hour."""
+    cluster = "ordered"
+    fee = {"priceMicros": 7, "tickAlignment": "HourBoundary", "period": "1"}
+    specs: list[dict[str, Any]] = [{"pricing": {"subscriptionFee": fee}}] * 3
+    charges = [
+        (sub, hour, source, Decimal(1), 7, 7, "USD", True, 0, 0, None)
+        for hour, subs in ((0, (0, 1, 2)), (1, (3, 1, 2)))
+        for sub in subs
+        for source in ("subscription", "cpuHour", "ramGbHour", "networkGb")
+    ]
+    with psycopg.connect(ledger_dsn, autocommit=True) as conn:
+        _ledger(conn, cluster, specs, [{"cpuHour": 1}, {}], [{}] * 8, charges)
+    with psycopg.connect(ledger_dsn) as conn:
+        made, rows = database_csv(conn, "p", cluster=cluster, start=START, end=START + 2 * HOUR)
+        assert rows == len(charges)
+        table = list(csv.DictReader(io.StringIO(made.decode(), newline="")))
+        first_hour = [(r["SubAccountId"], r["x_ChargeSource"]) for r in table[:12]]
+        assert first_hour == sorted(first_hour), "an hour's rows are sorted by namespace first"
+        assert same_bytes(conn, cluster, START, START + 2 * HOUR) > 0
+
+
 def test_a_closed_month_and_its_corrections_are_the_same_bytes(ledger_dsn: str) -> None:
     """The charge run's own ledger (ps.generated_ledger): a closed March, corrections booked
     in April, every fee alignment, margins, two currencies."""
@@ -313,7 +337,7 @@ def test_a_row_whose_key_the_tables_miss_stops_the_export(ledger_dsn: str) -> No
         )
         index = focus_store.period_index(conn, cluster=cluster)
         params = {**window, **focus_csv.key_tables(conn, window, index)}
-        params["t_cells"] = Jsonb({})
+        params["k_uid"] = ["another-uid"]
         statement = f"COPY ({focus_csv.rows_statement(None)}) TO STDOUT"
         with (
             pytest.raises(psycopg.errors.InvalidTextRepresentation, match="changed during"),
@@ -321,3 +345,47 @@ def test_a_row_whose_key_the_tables_miss_stops_the_export(ledger_dsn: str) -> No
             cur.copy(statement, params) as copy,
         ):
             list(copy)
+
+
+def test_a_window_is_exported_a_billing_period_at_a_time(ledger_dsn: str) -> None:
+    """The parts cover the window's whole hours exactly, cut where a period ends (in the
+    cluster's calendar); the key tables refuse a window of two periods, naming it."""
+    cluster = "two-periods"
+    with psycopg.connect(ledger_dsn, autocommit=True) as conn:
+        store_periods.save_calendar(
+            conn, cluster=cluster, calendar=periods.Calendar("Europe/Berlin")
+        )
+    with psycopg.connect(ledger_dsn) as conn:
+        index = focus_store.period_index(conn, cluster=cluster)
+        window = focus_csv.Window(
+            cluster=cluster,
+            start=START + dt.timedelta(minutes=30),
+            end=START + 7 * HOUR + dt.timedelta(minutes=30),
+            namespace=None,
+            unsettled=False,
+            provider="p",
+        )
+        parts = list(focus_csv.by_period(window, index))
+        # March ends at 22:00 UTC in Berlin; the first whole hour is 19:00, the last 01:00.
+        berlin_april = dt.datetime(2026, 3, 31, 22, tzinfo=dt.UTC)
+        assert [(p["start"], p["end"]) for p in parts] == [
+            (START + HOUR, berlin_april),
+            (berlin_april, START + 8 * HOUR),
+        ]
+        assert all(p["cluster"] == cluster and p["provider"] == "p" for p in parts)
+        with pytest.raises(ValueError, match="spans 2 billing periods"):
+            focus_csv.key_tables(conn, window, index)
+        inside = focus_csv.Window(
+            **{**window, "start": START, "end": START + dt.timedelta(minutes=59)}
+        )
+        assert list(focus_csv.by_period(inside, index)) == [
+            focus_csv.Window(**{**window, "start": START, "end": START + HOUR})
+        ]
+        empty = focus_csv.Window(
+            **{
+                **window,
+                "start": START + dt.timedelta(minutes=1),
+                "end": START + dt.timedelta(minutes=59),
+            }
+        )
+        assert list(focus_csv.by_period(empty, index)) == []
