@@ -46,6 +46,14 @@ def utc(t: dt.datetime) -> dt.datetime:
     return t.astimezone(dt.UTC)
 
 
+def require_aware(**values: dt.datetime) -> None:
+    """Refuses a naive datetime, naming the argument: a window's bounds are instants, and a
+    naive one would be read in whatever zone the database session happens to have."""
+    for what, value in values.items():
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
+
+
 def floor_hour(t: dt.datetime) -> dt.datetime:
     """Start of the dt.UTC hour containing `t`."""
     return utc(t).replace(minute=0, second=0, microsecond=0)

@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-from finops.billing import allocation
+from finops.billing import allocation, ticks
 
 RATE_COLUMNS: dict[str, str] = {
     "cpuHour": "cpu_hour_micros",
@@ -107,11 +107,6 @@ def ensure_pricebook(
     if existing is None:  # pragma: no cover - the conflict guarantees the row exists
         raise RuntimeError("pricebook row vanished between insert and select")
     return int(existing[0])
-
-
-def _require_aware(value: dt.datetime, what: str) -> None:
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{what} must be timezone-aware, got {value!r}")
 
 
 def _upsert_sql(source: str, finalized: str, order: str) -> bytes:
@@ -249,7 +244,7 @@ def _atomic(conn: psycopg.Connection[Any]) -> Iterator[None]:
 
 def finalize_before(conn: psycopg.Connection[Any], *, cluster: str, before: dt.datetime) -> int:
     """Mark every non-finalized row of hours before `before` finalized; return the count."""
-    _require_aware(before, "before")
+    ticks.require_aware(before=before)
     cur = conn.execute(
         """
         UPDATE provider_allocations SET is_finalized = true
@@ -264,8 +259,7 @@ def finalized_hours(
     conn: psycopg.Connection[Any], *, cluster: str, start: dt.datetime, end: dt.datetime
 ) -> set[dt.datetime]:
     """Hours in [start, end) that have rows and no non-finalized row (the job skips these)."""
-    _require_aware(start, "start")
-    _require_aware(end, "end")
+    ticks.require_aware(start=start, end=end)
     rows = conn.execute(
         """
         SELECT hour FROM provider_allocations

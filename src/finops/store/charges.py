@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from finops.billing import ticks
 from finops.store import partitions
 
 COLUMNS = (
@@ -163,13 +164,10 @@ def _month_end(
     """The end of `month`, once `day` is known to be in it and every window within `[day,
     month end)`: a window outside would be summed short by `bucket_sums`."""
     next_month = partitions.add_months(month, 1)
-    for value, what in (
-        (month, "month"),
-        (day, "day"),
-        *((w, "window") for p in windows for w in p),
-    ):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
+    ticks.require_aware(month=month, day=day)
+    for lo, hi in windows:
+        ticks.require_aware(window=lo)
+        ticks.require_aware(window=hi)
     if not month <= day < next_month:
         raise ValueError(f"day {day.isoformat()} is not in the month of {month.isoformat()}")
     for start, end in windows:

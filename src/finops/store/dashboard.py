@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from finops.billing import ticks
 from finops.store import spans
 
 
@@ -56,12 +57,6 @@ class BreakdownRow:
     currency: str
     total_micros: int
     finalized_micros: int
-
-
-def _check_window(start: dt.datetime, end: dt.datetime) -> None:
-    for value, what in ((start, "start"), (end, "end")):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
 
 
 def charged_namespaces(conn: psycopg.Connection[Any], *, cluster: str) -> list[str]:
@@ -179,7 +174,7 @@ def cost_series(
 
     Only non-empty buckets come back; the caller lays them on its own time axis.
     """
-    _check_window(start, end)
+    ticks.require_aware(start=start, end=end)
     if not namespaces:
         return []
     query: sql.Composable
@@ -211,7 +206,7 @@ def cost_breakdown(
     end: dt.datetime,
 ) -> list[BreakdownRow]:
     """Per namespace, Subscription, Offering, source and currency: micros over [start, end)."""
-    _check_window(start, end)
+    ticks.require_aware(start=start, end=end)
     if not namespaces:
         return []
     rows = conn.execute(

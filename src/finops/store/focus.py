@@ -18,7 +18,7 @@ from typing import Any, TypedDict, cast
 import psycopg
 
 from finops.api import bodies
-from finops.billing import focus, periods
+from finops.billing import focus, periods, ticks
 from finops.store import allocations
 from finops.store import periods as store_periods
 
@@ -86,9 +86,7 @@ def export_window(
     include_unsettled: bool = False,
 ) -> ExportWindow:
     """The window every export statement reads; its bounds must be timezone-aware."""
-    for value, what in ((start, "start"), (end, "end")):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
+    ticks.require_aware(start=start, end=end)
     return ExportWindow(
         cluster=cluster, start=start, end=end, namespace=namespace, unsettled=include_unsettled
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from finops.billing import ticks
 from finops.store import spans
 
 
@@ -92,12 +93,6 @@ around those, their hourly rows for the hours around those, so a tenant's month 
 dozen sums instead of tens of thousands of rows. Public so benchmarks EXPLAIN it."""
 
 
-def _check_window(start: dt.datetime, end: dt.datetime) -> None:
-    for value, what in ((start, "start"), (end, "end")):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"{what} must be timezone-aware, got {value!r}")
-
-
 def subscription_charges(
     conn: psycopg.Connection[Any],
     *,
@@ -108,7 +103,7 @@ def subscription_charges(
     end: dt.datetime,
 ) -> list[ChargeRow]:
     """Charge rows of Subscription `namespace/name` over hours in [start, end), in order."""
-    _check_window(start, end)
+    ticks.require_aware(start=start, end=end)
     rows = conn.execute(
         """
         SELECT c.subscription_uid, c.hour, c.source, c.quantity, c.unit_price_micros,
@@ -145,7 +140,7 @@ def namespace_costs(
     end: dt.datetime,
 ) -> list[CostRow]:
     """Per Subscription of `namespace`, source and currency: micros over [start, end)."""
-    _check_window(start, end)
+    ticks.require_aware(start=start, end=end)
     rows = conn.execute(
         NAMESPACE_SUMS.encode(), spans.params(cluster, start, end, namespace=namespace)
     ).fetchall()

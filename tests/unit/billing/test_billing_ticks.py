@@ -187,3 +187,11 @@ def test_counts_is_count_of_each_instant(
     times = [(activated + o).astimezone(dt.timezone(dt.timedelta(hours=z))) for o, z in offsets]
     times += [c.boundary(n) for n in (1, 2, 3)] + [activated]
     assert c.counts(times) == [c.count(t) for t in times]
+
+
+def test_a_naive_datetime_is_refused_by_its_name() -> None:
+    aware = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+    berlin = dt.datetime(2026, 3, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    ticks.require_aware(start=aware, end=berlin)
+    with pytest.raises(ValueError, match=r"^end must be timezone-aware, got datetime\.datetime"):
+        ticks.require_aware(start=aware, end=dt.datetime(2026, 3, 2))
