@@ -166,8 +166,7 @@ def phases(dsn: str, start: dt.datetime, end: dt.datetime) -> dict[str, float]:
     rows = 0
     with psycopg.connect(dsn) as conn:
         index = focus_store.period_index(conn, cluster=ly.CLUSTER)
-        for name, value in focus_csv.PLANNER.items():
-            conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+        focus_csv.plan(conn)
         (part,) = focus_csv.by_period(window, index)
         began = time.perf_counter()
         params = {**part, **focus_csv.key_tables(conn, part, index)}

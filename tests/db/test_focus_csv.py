@@ -4,9 +4,9 @@ generated ledgers: fees of every alignment with whole and prorated quantities (t
 half-even rounding included), usage with factor and absolute margins (negative ones too), rows
 with and without a PriceBook, Offerings with no or broken fee terms, labels on the namespace
 and the Subscription sharing keys and holding characters CSV and JSON must escape (and `%`,
-which the line templates must), unsettled
-hours, a closed period with corrections, a calendar that is not UTC, one namespace or all,
-currencies including none, and an empty provider name or one with a line break."""
+which the line templates must), unsettled hours, a closed period with corrections, a calendar
+that is not UTC, one namespace or all, currencies including none, and an empty provider name
+or one with a line break."""
 
 from __future__ import annotations
 

@@ -159,6 +159,18 @@ many distinct keys the key table holds and would sort every row by key for a mer
 the table is small and a hash join of each row is what the export needs."""
 
 
+def plan(conn: psycopg.Connection[Any], settings: dict[str, str] = PLANNER) -> dict[str, str]:
+    """Sets the planner's `settings` for the rest of the transaction (with no transaction
+    they last one statement: the export stays right, only slower); returns the values they
+    replace, to put back the same way."""
+    before = {}
+    for name, value in settings.items():
+        row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+        before[name] = str(row[0]) if row else value
+        conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+    return before
+
+
 class Window(focus_store.ExportWindow):
     """The statement's own parameters (the key tables' come from `key_tables`)."""
 
@@ -194,7 +206,7 @@ class CsvExport:
         index = focus_store.period_index(self.conn, cluster=self.cluster)
         head = focus.csv_header().encode()
         statement = f"COPY ({rows_statement(self.namespace)}) TO STDOUT {COPY_OPTIONS}"
-        before = self._plan()
+        before = plan(self.conn)
         for part in by_period(self._params(), index):
             params = {**part, **key_tables(self.conn, part, index)}
             with self.conn.cursor() as cur, cur.copy(statement, params) as copy:
@@ -203,19 +215,8 @@ class CsvExport:
                     yield piece
         if head:
             yield head
-        self._plan(before)
+        plan(self.conn, before)
         yield from self._corrections(index)
-
-    def _plan(self, settings: dict[str, str] = PLANNER) -> dict[str, str]:
-        """Sets the planner's `settings` for the rest of the transaction (with no transaction
-        they last one statement: the export stays right, only slower); returns the values
-        they replace."""
-        before = {}
-        for name, value in settings.items():
-            row = self.conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
-            before[name] = str(row[0]) if row else value
-            self.conn.execute("SELECT set_config(%s, %s, true)", (name, value))
-        return before
 
     def _pieces(self, copy: Iterable[Buffer], head: bytes) -> Iterator[bytes]:
         """`COPY`'s lines with CRLF ends, `LINES` at a time. Only a quoted line can hold a
@@ -329,10 +330,8 @@ def key_tables(
         "provider": cell(params["provider"]),
         "period": cells(ticks.rfc3339(billed[0].end), ticks.rfc3339(billed[0].start)),
     }
-    lines = [
-        _line(shared, _version(params["cluster"], billed[0], versions[v]), terms[(o, b, s)], u, s)
-        for v, o, b, s, u, _ in found
-    ]
+    by_version = {v: _version(params["cluster"], billed[0], r) for v, r in versions.items()}
+    lines = [_line(shared, by_version[v], terms[(o, b, s)], u, s) for v, o, b, s, u, _ in found]
     tables["k_lines"] = Jsonb(lines, dumps=msgspec.json.encode)
     return tables
 
