@@ -84,6 +84,17 @@ def reader_token(node: realnode.RealNode) -> str:
     return node.kubectl("create", "token", READER, "-n", TENANT).stdout.strip()
 
 
+def pods_settled(node: realnode.RealNode) -> bool:
+    """Every pod Running or Succeeded and none on its way out: the operator restarts OpenCost
+    once it has configured it, and the report shows the cluster after that rollout."""
+    pods = release.items(node, "pods", "-A")
+    return bool(pods) and all(
+        p.get("status", {}).get("phase") in ("Running", "Succeeded")
+        and not p.get("metadata", {}).get("deletionTimestamp")
+        for p in pods
+    )
+
+
 def report(node: realnode.RealNode, out: TextIO) -> None:
     """The tables the plain sandbox prints, the pods, and where to look."""
     with node.http() as client:
@@ -96,6 +107,7 @@ def report(node: realnode.RealNode, out: TextIO) -> None:
     print(table, file=out)
     print("\nBudgets (spent so far in the period, and its forecast):", file=out)
     print(budgets, file=out)
+    release.wait_for(node, "the pods settled", lambda: pods_settled(node), 120)
     print("\nkubectl get pods -A:", file=out)
     print(node.kubectl("get", "pods", "-A").stdout, file=out)
     svc = release.get(
