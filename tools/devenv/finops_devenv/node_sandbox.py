@@ -18,10 +18,12 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
+from finops.pricing import opencost_document
 from finops_devenv import realnode, release, sandbox
 
 READER = "sandbox-reader"
 TENANT = "team-apps"
+OPENCOST = f"{release.RELEASE}-opencost"
 CRONJOBS = ("resource-cost-collection-cronjob", "subscription-charge-collection-cronjob")
 
 
@@ -52,7 +54,11 @@ def cluster(out: TextIO) -> Iterator[realnode.RealNode]:
         workdir = node.dir / "sandbox"
         workdir.mkdir(exist_ok=True)
         release.install(node, values, workdir)
-        yield node
+        try:
+            yield node
+        except KeyboardInterrupt:
+            _say(out, "removing the cluster (further Ctrl-C is ignored until it is gone)")
+            raise
 
 
 def apply_examples(node: realnode.RealNode, out: TextIO) -> None:
@@ -66,7 +72,18 @@ def apply_examples(node: realnode.RealNode, out: TextIO) -> None:
             sandbox.condition(s, "Active").get("status") in ("True", "False") for s in subs
         )
 
+    def opencost_restarted() -> bool:
+        found = release.get(node, "deployment", "-n", release.NAMESPACE, OPENCOST)
+        template = (found or {}).get("spec", {}).get("template", {})
+        return opencost_document.RESTARTED_AT_ANNOTATION in template.get("metadata", {}).get(
+            "annotations", {}
+        )
+
     release.wait_for(node, "the example Subscriptions settled", settled, 120)
+    # The PriceBook's activation restarts OpenCost with its pricing document: the first runs
+    # read usage from the restarted OpenCost, not from the pod on its way out.
+    release.wait_for(node, f"the operator restarted {OPENCOST}", opencost_restarted, 120)
+    release.wait_for(node, "every rollout finished", lambda: release.settled(node), 120)
     stamp = dt.datetime.now(dt.UTC).strftime("%H%M%S")
     for cronjob in CRONJOBS:
         name = f"{cronjob.removesuffix('-cronjob')}-{stamp}"
@@ -84,17 +101,6 @@ def reader_token(node: realnode.RealNode) -> str:
     return node.kubectl("create", "token", READER, "-n", TENANT).stdout.strip()
 
 
-def pods_settled(node: realnode.RealNode) -> bool:
-    """Every pod Running or Succeeded and none on its way out: the operator restarts OpenCost
-    once it has configured it, and the report shows the cluster after that rollout."""
-    pods = release.items(node, "pods", "-A")
-    return bool(pods) and all(
-        p.get("status", {}).get("phase") in ("Running", "Succeeded")
-        and not p.get("metadata", {}).get("deletionTimestamp")
-        for p in pods
-    )
-
-
 def report(node: realnode.RealNode, out: TextIO) -> None:
     """The tables the plain sandbox prints, the pods, and where to look."""
     with node.http() as client:
@@ -107,7 +113,7 @@ def report(node: realnode.RealNode, out: TextIO) -> None:
     print(table, file=out)
     print("\nBudgets (spent so far in the period, and its forecast):", file=out)
     print(budgets, file=out)
-    release.wait_for(node, "the pods settled", lambda: pods_settled(node), 120)
+    release.wait_for(node, "every rollout finished", lambda: release.settled(node), 120)
     print("\nkubectl get pods -A:", file=out)
     print(node.kubectl("get", "pods", "-A").stdout, file=out)
     svc = release.get(

@@ -29,6 +29,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -138,6 +139,22 @@ def host_ready() -> str:
 
 
 # -- teardown: works from the state folder alone, so a crashed run can be cleaned up ----------
+
+
+@contextlib.contextmanager
+def _uninterruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM held off while a cluster is removed: a second Ctrl-C during the
+    teardown would otherwise stop it halfway and leave processes, rules and mounts behind.
+    (Signals can only be set from the main thread; elsewhere this does nothing.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
 
 
 def _kill_pidfiles(state: pathlib.Path) -> None:
@@ -367,11 +384,12 @@ class RealNode:
             "kube-apiserver",
             "etcd",
         ]
-        for name in order:
-            proc = self._procs.pop(name, None)
-            if proc is not None:
-                controlplane.stop_process(proc, timeout=10)
-        teardown(self.state_root)
+        with _uninterruptible():
+            for name in order:
+                proc = self._procs.pop(name, None)
+                if proc is not None:
+                    controlplane.stop_process(proc, timeout=10)
+            teardown(self.state_root)
 
     def __enter__(self) -> RealNode:
         return self.start()

@@ -163,20 +163,48 @@ def webhook_certificate(node: realnode.RealNode, namespace: str, release: str) -
     )  # fmt: skip
 
 
-def workloads_available(node: realnode.RealNode, namespace: str) -> bool:
-    """Every Deployment Available and rolled out, every StatefulSet's replicas ready."""
-    deployments = items(node, "deployments", "-n", namespace)
-    if not deployments:
+def rolled_out(deployment: Mapping[str, Any]) -> bool:
+    """What `kubectl rollout status` waits for: the newest template observed, every wanted
+    replica of it updated and available, and no pod of an older template still counted."""
+    want = deployment.get("spec", {}).get("replicas", 1)
+    generation = deployment.get("metadata", {}).get("generation", 1)
+    st = deployment.get("status") or {}
+    return st.get("observedGeneration", 0) >= generation and all(
+        st.get(field, 0) == want for field in ("replicas", "updatedReplicas", "availableReplicas")
+    )
+
+
+def pod_settled(pod: Mapping[str, Any]) -> bool:
+    """Succeeded, or Running with every container ready, and not on its way out."""
+    if pod.get("metadata", {}).get("deletionTimestamp"):
         return False
-    for d in deployments:
-        conds = d.get("status", {}).get("conditions") or []
-        if not any(c["type"] == "Available" and c["status"] == "True" for c in conds):
-            return False
-        if d["status"].get("updatedReplicas", 0) != d["spec"].get("replicas", 1):
-            return False
+    st = pod.get("status") or {}
+    if st.get("phase") == "Succeeded":
+        return True
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or [])
+    return st.get("phase") == "Running" and ready
+
+
+def workloads_available(node: realnode.RealNode, namespace: str) -> bool:
+    """Every Deployment rolled out, every StatefulSet's replicas ready."""
+    deployments = items(node, "deployments", "-n", namespace)
+    if not deployments or not all(rolled_out(d) for d in deployments):
+        return False
     return all(
         s.get("status", {}).get("readyReplicas", 0) == s["spec"].get("replicas", 1)
         for s in items(node, "statefulsets", "-n", namespace)
+    )
+
+
+def settled(node: realnode.RealNode) -> bool:
+    """The whole cluster at rest: every Deployment rolled out and every pod settled. A
+    Deployment restarted a moment ago keeps its old pod Running until the new one is ready,
+    so pods alone do not tell a rollout in progress from a finished one."""
+    pods = items(node, "pods", "-A")
+    return (
+        bool(pods)
+        and all(pod_settled(p) for p in pods)
+        and all(rolled_out(d) for d in items(node, "deployments", "-A"))
     )
 
 
