@@ -11,6 +11,7 @@ StatefulSet brings it back with every row kept on the volume.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -144,7 +145,15 @@ def test_a_job_pod_killed_mid_run_is_repaired_by_the_next_run(
 
         release.wait_for(node, "the first hour fetched", first_hour_fetched, 120, every=0.5)
         (pod,) = _chart.pods(node, NAMESPACE, "job-name=killed")
-        node.kill_container(container_id(pod))
+        try:
+            node.kill_container(container_id(pod))
+        except realnode.RealNodeError as exc:
+            # The container is gone before the kill: say how it ended and what it logged.
+            (pod,) = _chart.pods(node, NAMESPACE, "job-name=killed")
+            logs = node.kubectl("logs", "-n", NAMESPACE, "job/killed", check=False).stdout
+            raise AssertionError(
+                f"{exc}\n{json.dumps(pod['status'], indent=1)[:3000]}\n{logs[-3000:]}"
+            ) from exc
         release.wait_for(
             node,
             "the killed run's Job completed by its restarted container",
