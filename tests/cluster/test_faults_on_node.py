@@ -123,15 +123,22 @@ def test_a_job_pod_killed_mid_run_is_repaired_by_the_next_run(
     node: realnode.RealNode, installed: str
 ) -> None:
     # A slow OpenCost (three seconds an answer, on this machine) holds the run long enough
-    # to kill it after its first hour is fetched and before its last. The run is the one
-    # the CronJob makes ten hours from now, so that none of its six hours (the hour and
-    # five of lookback) is in the ledger yet.
+    # to kill it after its first hour is fetched and before its last. The run is one the
+    # CronJob makes ten or more hours from now, at the first such hour none of whose six hours
+    # (the hour and five of lookback) is in the ledger yet: the release's database also holds
+    # what the tier's earlier runs wrote, some of it ahead of now (the uninstall test's run at
+    # the next day's 02:05 writes the five hours before it, final). Only the run's own six
+    # hours are compared.
     now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
-    scheduled = now + dt.timedelta(hours=10, minutes=5)
-    start = now + dt.timedelta(hours=5)
-    # Only the run's own six hours are compared: the release's database also holds what the
-    # tier's earlier runs wrote, at other hours.
-    end = now + dt.timedelta(hours=11)
+    hour = dt.timedelta(hours=1)
+    ahead = next(
+        k
+        for k in range(10, 200, 6)
+        if not allocation_rows(node, now + (k - 5) * hour, now + (k + 1) * hour)
+    )
+    scheduled = now + dt.timedelta(hours=ahead, minutes=5)
+    start = now + dt.timedelta(hours=ahead - 5)
+    end = now + dt.timedelta(hours=ahead + 1)
     with replay.ReplayServer(replay.Captures(), host=realnode.NODE_IP) as slow:
         slow.inject(replay.Fault("slow", delay=3.0))
         release.job_from_cronjob(
