@@ -136,9 +136,8 @@ def test_a_job_pod_killed_mid_run_is_repaired_by_the_next_run(
         for k in range(10, 200, 6)
         if not allocation_rows(node, now + (k - 5) * hour, now + (k + 1) * hour)
     )
-    scheduled = now + dt.timedelta(hours=ahead, minutes=5)
-    start = now + dt.timedelta(hours=ahead - 5)
-    end = now + dt.timedelta(hours=ahead + 1)
+    scheduled = now + ahead * hour + dt.timedelta(minutes=5)
+    start, end = now + (ahead - 5) * hour, now + (ahead + 1) * hour
     with replay.ReplayServer(replay.Captures(), host=realnode.NODE_IP) as slow:
         slow.inject(replay.Fault("slow", delay=3.0))
         release.job_from_cronjob(

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from finops_devenv import realnode, tls
+from finops_devenv import realnode, sandbox, tls
 
 CHART = realnode.REPO_ROOT / "deploy" / "helm" / "finops-operator"
 HELM_BUILD = realnode.REPO_ROOT / "tools" / "build-helm.sh"
@@ -181,8 +181,7 @@ def pod_settled(pod: Mapping[str, Any]) -> bool:
     st = pod.get("status") or {}
     if st.get("phase") == "Succeeded":
         return True
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or [])
-    return st.get("phase") == "Running" and ready
+    return st.get("phase") == "Running" and sandbox.condition(pod, "Ready").get("status") == "True"
 
 
 def workloads_available(node: realnode.RealNode, namespace: str) -> bool:
