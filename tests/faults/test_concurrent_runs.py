@@ -40,12 +40,17 @@ PAIRS = {
 LOCKED = {h.ALLOCATIONS: "provider_allocations", h.CHARGES: "subscription_charges"}
 
 
-def race(uni: h.Universe, mode: str, hour: Any, jobs: tuple[str, str], meet: bool) -> list[int]:
-    """Start both runs together; with `meet`, release them only once both wait on a lock
-    (the second may queue behind the first one's uncommitted rows rather than the table's)."""
+def race(
+    uni: h.Universe, mode: str, hour: Any, jobs: tuple[str, str], meet: bool
+) -> list[h.JobProcess]:
+    """Start both runs together and wait for both; with `meet`, release them only once both
+    wait on a lock (the second may queue behind the first one's uncommitted rows rather than
+    the table's)."""
     if not meet:
         procs = [uni.spawn(mode, hour, job) for job in jobs]
-        return [p.wait() for p in procs]
+        for p in procs:
+            p.wait()
+        return procs
     table = LOCKED[mode]
     with h.table_locked(uni.dsn, table):
         procs = [uni.spawn(mode, hour, job) for job in jobs]
@@ -56,7 +61,16 @@ def race(uni: h.Universe, mode: str, hour: Any, jobs: tuple[str, str], meet: boo
                 or any(p.proc.poll() is not None for p in procs)
             ),
         )
-    return [p.wait() for p in procs]
+    for p in procs:
+        p.wait()
+    return procs
+
+
+def logs(procs: list[h.JobProcess]) -> str:
+    """Both racing runs' logs, for a failure message."""
+    return "\n".join(
+        f"--- run {i} (exit {p.proc.returncode}):\n{p.output()}" for i, p in enumerate(procs)
+    )
 
 
 def test_two_runs_of_one_hour_at_once_leave_one_runs_ledger_and_clear_records(
@@ -81,15 +95,17 @@ def test_two_runs_of_one_hour_at_once_leave_one_runs_ledger_and_clear_records(
             variant = "same" if n % 2 == 0 else "two"
             jobs = PAIRS[(mode, variant)]
             history = {job: len(racing.costjob_history(job)) for job in set(jobs)}
-            codes = race(racing, mode, hour, jobs, meet=n % 4 < 2)
+            procs = race(racing, mode, hour, jobs, meet=n % 4 < 2)
             runs += 2
             now = racing.snapshot()
-            assert now.ledger == ref.ledger, f"{mode} {hour}: duplicate or lost rows"
-            assert now.present == ref.present
+            seen = logs(procs)
+            assert now.ledger == ref.ledger, f"{mode} {hour}: duplicate or lost rows\n{seen}"
+            assert now.present == ref.present, seen
             if mode == h.CHARGES:
-                assert h.costs_disagreements(now, hour) == []
-                assert now.costs == ref.costs
+                assert h.costs_disagreements(now, hour) == [], seen
+                assert now.costs == ref.costs, seen
             rows_compared += h.rows_in(now.ledger)
+            codes = [p.proc.returncode for p in procs]
             check_records(racing, mode, jobs, history, codes, outcomes)
     h.write_figures(
         "case2-concurrent",
