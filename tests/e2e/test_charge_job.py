@@ -687,6 +687,46 @@ def test_with_the_database_down_costs_come_from_the_fee_calculator(
     ] * 3
 
 
+def test_a_run_without_the_database_leaves_ledger_costs_of_its_hour_and_replaces_older_ones(
+    kube: controlplane.ControlPlane,
+    kube_namespace: str,
+    book: dict[str, Any],
+    costjob: dict[str, Any],
+    ledger_dsn: str,
+    opencost_captures: replay.ReplayServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two runs of one hour can race; the one that cannot use the ledger must not write its
+    fee-only buckets over the costs the other summed from the ledger. It still fails."""
+    caplog.set_level(logging.INFO, logger="finops.jobs.charges")
+    ns = kube_namespace
+    plan = PLANS["mixed"]
+    offering(kube, ns, "mixed", pricing_of(plan))
+    subscription(kube, ns, "mixed", "mixed", plan["act"], sources=plan["sources"])
+    for hour in range(4):
+        allocation_run(kube, costjob, ledger_dsn, opencost_captures.url, at(hour))
+    assert charge_run(kube, ns, ledger_dsn, at(3)) == 0
+    charged = get_sub(kube, ns, "mixed")
+    assert charged is not None and costs_resolved(charged)["reason"] == "FromDB"
+    month = charged["status"]["costs"][2]
+    assert {b["name"] for b in month["breakdown"]} == {"subscription", *plan["usage"]}
+
+    down = "host=127.0.0.1 port=9 dbname=none user=nobody connect_timeout=2"
+    assert charge_run(kube, ns, down, at(3)) == 1
+    again = get_sub(kube, ns, "mixed")
+    assert again is not None
+    assert again["status"] == charged["status"]
+    assert again["metadata"]["resourceVersion"] == charged["metadata"]["resourceVersion"]
+    kept = "1 subscription(s) keep the costs a run of 2026-10-31T03:00:00Z or later summed"
+    assert any(r.getMessage().startswith(kept) for r in caplog.records)
+
+    assert charge_run(kube, ns, down, at(4)) == 1
+    later = get_sub(kube, ns, "mixed")
+    assert later is not None and costs_resolved(later)["reason"] == "FromCalculator"
+    assert later["status"]["costs"][0]["start"] == rfc(at(4))
+    assert {b["name"] for b in later["status"]["costs"][2]["breakdown"]} == {"subscription"}
+
+
 def test_a_deleted_subscription_that_never_activated_is_released_without_charges(
     kube: controlplane.ControlPlane,
     kube_namespace: str,

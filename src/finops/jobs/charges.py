@@ -10,7 +10,8 @@ rows, then the sums read back for the buckets; a fixed number of statements for 
 Subscriptions, never one per Subscription-hour. A failure for one Subscription holds only that
 one; the run finishes the rest and then exits non-zero so the Job is retried for the same
 pinned hour. If the ledger cannot be used at all, every Subscription still gets fee-only
-buckets (`CostsResolved=True`, reason `FromCalculator`).
+buckets (`CostsResolved=True`, reason `FromCalculator`), except one whose costs a run of this
+hour or a later one already summed from the ledger (two runs of one hour can race).
 
 After the releases, every Budget is judged against the ledger the run wrote
 (`finops.jobs.budgets`).
@@ -256,13 +257,25 @@ def _describe(exc: BaseException) -> str:
 
 
 def _costs_changes(
-    costs: list[bodies.CostBucketBody], reason: reasons.CostsReason, now: dt.datetime
+    costs: list[bodies.CostBucketBody],
+    reason: reasons.CostsReason,
+    now: dt.datetime,
+    scheduled: dt.datetime,
 ) -> list[status.Change]:
-    """Fresh buckets and `CostsResolved` (nothing is written when both are as they were)."""
+    """Fresh buckets and `CostsResolved` (nothing is written when both are as they were).
+    Fee-only buckets never replace costs a run of this hour or a later one summed from the
+    ledger (`charges.holds_ledger_costs`)."""
     resolved = conditions.DecidedCondition(
         reasons.ConditionType.COSTS_RESOLVED, "True", reason.value, charges.COSTS_MESSAGES[reason]
     )
-    return [status.set_fields({"costs": costs}), status.set_condition(resolved, now)]
+    changes = [status.set_fields({"costs": costs}), status.set_condition(resolved, now)]
+    if reason is reasons.CostsReason.FROM_DB:
+        return changes
+    return [
+        status.unless(
+            lambda obj: charges.holds_ledger_costs(status.status_of(obj), scheduled), changes
+        )
+    ]
 
 
 @dataclasses.dataclass
@@ -446,12 +459,13 @@ async def _write_costs(
             run.client,
             resources.Subscription,
             state.name,
-            _costs_changes(costs, reason, run.now),
+            _costs_changes(costs, reason, run.now, run.scheduled),
             namespace=state.namespace,
             observed=obj,
         )
         writes.append((state, write))
     outcomes = await _bounded_gather([w for _, w in writes], KUBE_CONCURRENCY)
+    kept = 0
     for (state, _), outcome in zip(writes, outcomes, strict=True):
         if isinstance(outcome, ApiError) and outcome.status.code == 404:
             continue  # gone, e.g. released by a concurrent run of this hour: nothing to write
@@ -460,6 +474,15 @@ async def _write_costs(
         elif outcome.written and outcome.obj is not None:
             latest[state.uid] = outcome.obj
             run.report.statuses_written += 1
+        elif result is None and outcome.obj is not None:
+            kept += charges.holds_ledger_costs(status.status_of(outcome.obj), run.scheduled)
+    if kept:
+        log.info(
+            "%d subscription(s) keep the costs a run of %s or later summed from the ledger; "
+            "fee-only costs are not written over them",
+            kept,
+            plan.rfc3339(run.scheduled),
+        )
     return latest
 
 

@@ -86,6 +86,18 @@ def set_condition(condition: conditions.DecidedCondition, now: dt.datetime) -> C
     return change
 
 
+def unless(keep: Callable[[Mapping[str, object]], bool], changes: Sequence[Change]) -> Change:
+    """`changes` in order, unless `keep` holds for the object as read: then its status stays.
+    Judged on every read, so a retry after a conflict decides again on the fresh object."""
+
+    def change(obj: Mapping[str, object]) -> Mapping[str, object]:
+        if keep(obj):
+            return status_of(obj)
+        return _after(obj, changes)
+
+    return change
+
+
 @dataclasses.dataclass(frozen=True)
 class Applied:
     """What `apply` did: the object as written (or as read when nothing changed; None when it

@@ -167,3 +167,43 @@ class TestCosts:
         assert (day["current"], day["projected"]) == (4_000_000, 15_000_000)
         assert [b["name"] for b in day["breakdown"]] == ["subscription"]
         assert len(costs) == 3
+
+
+class TestLedgerCostsKept:
+    """A run whose ledger pass failed leaves costs a run of its hour (or a later one) summed
+    from the ledger: two runs of one hour can race, and fee-only buckets would hide usage."""
+
+    @staticmethod
+    def written(scheduled: dt.datetime, reason: reasons.CostsReason, ok: str = "True") -> Any:
+        terms = charges.terms_for(state(deactivated=None, deleting=False), offering())
+        costs, _ = charges.costs(
+            scheduled, terms, [] if reason is reasons.CostsReason.FROM_DB else None
+        )
+        resolved = {"type": "CostsResolved", "status": ok, "reason": reason.value}
+        return {"costs": costs, "conditions": [{"type": "Ready", "status": "True"}, resolved]}
+
+    def test_ledger_costs_of_the_same_hour_or_a_later_one_are_kept(self) -> None:
+        ledger = self.written(at(1, 13), reasons.CostsReason.FROM_DB)
+        assert charges.holds_ledger_costs(ledger, at(1, 13))
+        assert charges.holds_ledger_costs(ledger, at(1, 13, 40))
+        assert charges.holds_ledger_costs(ledger, at(1, 12))
+
+    def test_older_ledger_costs_and_calculator_costs_are_replaced(self) -> None:
+        assert not charges.holds_ledger_costs(
+            self.written(at(1, 12), reasons.CostsReason.FROM_DB), at(1, 13)
+        )
+        assert not charges.holds_ledger_costs(
+            self.written(at(1, 13), reasons.CostsReason.FROM_CALCULATOR), at(1, 13)
+        )
+        assert not charges.holds_ledger_costs(
+            self.written(at(1, 13), reasons.CostsReason.FROM_DB, ok="False"), at(1, 13)
+        )
+
+    def test_a_status_without_a_readable_hour_bucket_holds_nothing(self) -> None:
+        ledger = self.written(at(1, 13), reasons.CostsReason.FROM_DB)
+        assert not charges.holds_ledger_costs({}, at(1, 13))
+        assert not charges.holds_ledger_costs({**ledger, "costs": ledger["costs"][1:]}, at(1, 13))
+        assert not charges.holds_ledger_costs({**ledger, "costs": "none"}, at(1, 13))
+        assert not charges.holds_ledger_costs({**ledger, "conditions": None}, at(1, 13))
+        bad = [{**ledger["costs"][0], "start": "13:00"}, *ledger["costs"][1:]]
+        assert not charges.holds_ledger_costs({**ledger, "costs": bad}, at(1, 13))

@@ -14,6 +14,16 @@ class TestStatusPatch:
         body = status.patch_body(current, desired)
         assert body == {"ready": "True", "activatedAt": "t", "resolvedPricing": None}
 
+    def test_a_guarded_change_leaves_the_status_when_its_guard_holds(self) -> None:
+        guarded = status.unless(
+            lambda obj: status.status_of(obj).get("costs") == ["ledger"],
+            [status.set_fields({"costs": ["fees"]}), status.set_fields({"ready": "True"})],
+        )
+        kept = {"status": {"costs": ["ledger"], "ready": "False"}}
+        assert guarded(kept) == kept["status"]
+        replaced = {"status": {"costs": ["old"], "ready": "False"}}
+        assert guarded(replaced) == {"costs": ["fees"], "ready": "True"}
+
 
 class TestFinalizerPatches:
     def test_adding_tests_the_resource_version_and_creates_the_list_when_absent(self) -> None:
