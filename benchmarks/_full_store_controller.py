@@ -6,15 +6,16 @@ Every watched Offering, Subscription and Namespace is kept exactly as the API se
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from finops import operator
 from finops.controller import watched
 
 
-def _whole(obj: dict[str, Any]) -> dict[str, Any]:
-    """The whole object: what a store keeps without a projection."""
-    return obj
+def _whole(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole object: what a store keeps without a projection (the very object, no copy)."""
+    return cast(dict[str, Any], obj)
 
 
 def main() -> None:

@@ -32,7 +32,8 @@ HOUR = dt.timedelta(hours=1)
 def priced_rows(count: int) -> list[oracle_usage.PricedRow]:
     """`count` rows over one day, in 50 namespaces, with OpenCost-like five-decimal numbers."""
     rates = usage.Rates.from_pricebook_spec(
-        {"rates": {"cpuHour": "0.031", "ramGbHour": "0.004", "pvGbHour": "0.00012",
+        {"currency": "USD", "valuationMode": "currency",
+         "rates": {"cpuHour": "0.031", "ramGbHour": "0.004", "pvGbHour": "0.00012",
                    "gpuHour": "1.8", "networkGiB": "0.09"}}
     )  # fmt: skip
     rows = []

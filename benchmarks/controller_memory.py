@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from benchmarks import convergence
@@ -272,7 +272,10 @@ def where_it_goes(cp: controlplane.ControlPlane, sample: int = 1000) -> None:
     with cp.http(timeout=120) as client:
         items = client.get(f"{GROUP}/subscriptions", params={"limit": sample}).json()["items"]
     raws = [json.dumps(i) for i in items]
-    meta = lambda o: o["metadata"]  # noqa: E731
+
+    def meta(o: dict[str, Any]) -> dict[str, Any]:
+        return cast(dict[str, Any], o["metadata"])
+
     parts = [
         ("whole object", lambda o: o),
         ("  metadata.managedFields", lambda o: meta(o).get("managedFields")),
@@ -305,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         cp.create_namespace("finops-system")
         empty_rss, empty_hwm = measure(cp, projected, 0, 0, args.timeout)
         print(f"zero objects: VmRSS {mib(empty_rss):6.1f} MiB  VmHWM {mib(empty_hwm):6.1f} MiB")
-        rows = []
+        rows: list[tuple[Any, ...]] = []
         for k, count in zip((1, 2, 4), sizes, strict=True):
             made = len(rows[-1][1]) if rows else 0
             names = [f"tenant-{i:04d}" for i in range(count)]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command: lint, types, layer contracts, then every test tier.
+# The project's test command: lint, types (src and the benchmarks), layer contracts, then
+# every test tier.
 #
 # pytest's exit 5 (nothing collected) is a failure here, like any other non-zero status.
 set -uo pipefail
@@ -11,6 +12,7 @@ run() { echo "+ $*" >&2; "$@" || status=1; }
 run "$V/ruff" check src tests benchmarks tools
 run "$V/ruff" format --check src tests benchmarks tools
 run "$V/mypy"
+run "$V/mypy" --explicit-package-bases benchmarks
 run "$V/lint-imports"
 echo "+ pytest $*" >&2
 "$V/pytest" "$@"
