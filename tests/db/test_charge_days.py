@@ -158,32 +158,26 @@ def test_the_daily_sums_always_equal_the_rows_they_sum(
         uids = [f"uid-{n}" for n in range(3)]
         for cluster in CLUSTERS:
             for month, day in MONTH_DAYS:
-                exact = oracle_ledger.sums(
-                    conn, cluster=cluster, subscription_uids=uids, start=month, end=day
-                )
-                nonzero = {u: {s: a for s, a in per.items() if a} for u, per in exact.items()}
-                # Two windows from the day on, the second reaching past the rows or to the
-                # month's end: what a charge run reads with the month so far.
-                ends = (
-                    day + dt.timedelta(hours=5),
-                    min(day + dt.timedelta(hours=40), partitions.add_months(month, 1)),
-                )
-                windows = [(day, ends[0]), ends]
-                so_far, *sums = store_charges.bucket_sums(
-                    conn,
-                    cluster=cluster,
-                    subscription_uids=uids,
-                    month=month,
-                    day=day,
-                    windows=windows,
-                )
-                assert so_far == {u: per for u, per in nonzero.items() if per}
-                assert sums == [
-                    oracle_ledger.sums(
-                        conn, cluster=cluster, subscription_uids=uids, start=a, end=b
+                # The read-back of a charge run at the day's first hour, inside it and at its
+                # last (rows after it are those of a replayed hour).
+                for at in (day, day + dt.timedelta(hours=5), day + dt.timedelta(hours=23)):
+                    sums = store_charges.bucket_sums(
+                        conn, cluster=cluster, subscription_uids=uids, hour=at
                     )
-                    for a, b in windows
-                ]
+                    exact = [
+                        oracle_ledger.sums(
+                            conn, cluster=cluster, subscription_uids=uids, start=a, end=b
+                        )
+                        for a, b in ((month, day), (day, at), (at, at + dt.timedelta(hours=1)))
+                    ]
+                    assert list(sums) == [
+                        {
+                            u: kept
+                            for u, per in w.items()
+                            if (kept := {s: a for s, a in per.items() if a})
+                        }
+                        for w in exact
+                    ]
 
 
 def test_a_statement_that_fails_leaves_the_daily_sums_as_they_were(

@@ -221,28 +221,30 @@ class TestSums:
         cells=st.lists(
             st.tuples(
                 st.sampled_from(["sub-uid-1", "sub-uid-2", "sub-uid-3"]),
-                st.integers(0, 9),
+                # 08:00 on 29 March to 01:00 on 3 April: UTC midnights and a month's end.
+                st.integers(-217, 88),
                 st.sampled_from(["subscription", "cpuHour", "ramGbHour"]),
                 st.integers(0, 10**12),
                 st.booleans(),
             ),
             max_size=40,
         ),
-        edges=st.lists(st.integers(-1, 11), min_size=1, max_size=5),
+        at=st.integers(-220, 90),
     )
-    def test_window_sums_are_the_sums_of_each_window(
+    def test_the_bucket_windows_are_the_sums_of_their_rows(
         self,
         conn: psycopg.Connection[Any],
         versions: Versions,
         cells: list[tuple[str, int, str, int, bool]],
-        edges: list[int],
+        at: int,
     ) -> None:
-        """The charge run's read-back (one query, a FILTER per window) against one `sums`
-        per window: windows that touch, overlap, are empty or hold nothing; and the month so
-        far (month sums less the rows from the day on) against `sums` over it."""
+        """The charge run's read-back (month and day sums less the rows from the hour on)
+        against the exact sums of the rows of `[month, day)`, `[day, hour)` and `[hour, hour +
+        1h)`: hours at, before and after UTC midnights and a month's end, with rows after the
+        hour (a replayed hour) and sums that come to zero."""
         conn.execute("TRUNCATE subscription_charges")
         # Each row under its own Subscription's version, as the charge run writes them: the
-        # month so far is read through the versions' month sums.
+        # month and day sums are read through the versions.
         own = {
             uid: Versions(versions.offering, builders.subscription_version(conn, uid=uid))
             for uid in {uid for uid, *_ in cells}
@@ -254,43 +256,28 @@ class TestSums:
             for uid, h, source, amount, final in cells
         }
         write(conn, list(rows.values()))
-        windows = [
-            (hour(a), hour(b)) for a, b in zip(edges, [*edges[1:], edges[0] + 2], strict=True)
-        ]
         uids = ["sub-uid-1", "sub-uid-2", "sub-uid-9"]
-        month = hour(0).replace(day=1, hour=0)
-        day = hour(-1).replace(hour=0)
-        one = charges.bucket_sums(
-            conn, cluster=CLUSTER, subscription_uids=uids, month=month, day=day, windows=windows
-        )
-        before = oracle_ledger.sums(
-            conn, cluster=CLUSTER, subscription_uids=uids, start=month, end=day
-        )
-        each = [
+        h = hour(at)
+        day = h.replace(hour=0)
+        month = day.replace(day=1)
+        sums = charges.bucket_sums(conn, cluster=CLUSTER, subscription_uids=uids, hour=h)
+        exact = [
             oracle_ledger.sums(conn, cluster=CLUSTER, subscription_uids=uids, start=s, end=e)
-            if s < e
-            else {}
-            for s, e in windows
+            for s, e in ((month, day), (day, h), (h, h + HOUR))
         ]
-        nonzero = {u: {s: a for s, a in per.items() if a} for u, per in before.items()}
-        assert one == [{u: per for u, per in nonzero.items() if per}, *each]
+        nonzero = [
+            {u: kept for u, per in w.items() if (kept := {s: a for s, a in per.items() if a})}
+            for w in exact
+        ]
+        assert list(sums) == nonzero
 
-    def test_bucket_sums_refuse_windows_outside_the_rows_they_read(
-        self, conn: psycopg.Connection[Any]
-    ) -> None:
-        """The windows are summed from the month's rows from `day` on; one reaching before
-        `day` or past the month would be summed short, so it is refused."""
-        month, day = hour(0).replace(day=1, hour=0), hour(0).replace(hour=0)
-        args = {"cluster": CLUSTER, "subscription_uids": ["sub-uid-1"], "month": month}
-        with pytest.raises(ValueError, match="is not within"):
-            charges.bucket_sums(conn, **args, day=day, windows=[(day - HOUR, day)])
-        with pytest.raises(ValueError, match="is not within"):
-            charges.bucket_sums(
-                conn, **args, day=day, windows=[(day, month.replace(month=5) + HOUR)]
-            )
-        with pytest.raises(ValueError, match="is not in the month"):
-            charges.bucket_sums(conn, **args, day=month.replace(month=5), windows=[])
-        assert charges.bucket_sums(conn, **args, day=day, windows=[(day, day)]) == [{}, {}]
+    def test_bucket_sums_ask_for_a_whole_hour(self, conn: psycopg.Connection[Any]) -> None:
+        args = {"cluster": CLUSTER, "subscription_uids": ["sub-uid-1"]}
+        with pytest.raises(ValueError, match="is not a whole hour"):
+            charges.bucket_sums(conn, **args, hour=hour(0) + dt.timedelta(minutes=1))
+        with pytest.raises(ValueError):
+            charges.bucket_sums(conn, **args, hour=hour(0).replace(tzinfo=None))
+        assert charges.bucket_sums(conn, **args, hour=hour(0)) == ({}, {}, {})
 
     def test_charges_roll_up_per_tenant_through_their_subscription_version(
         self, conn: psycopg.Connection[Any], versions: Versions

@@ -393,8 +393,8 @@ def sums(
 
     Finalized and in-progress rows both count. Sources with no rows are absent, as are
     Subscriptions with none. The charge run reads its buckets' `current` through
-    `bucket_sums`, several windows in one query; this one-window form is what tests hold
-    it to.
+    `bucket_sums`, three windows at once from the month and day sums and the rows from the
+    hour on; this one-window sum of the rows is what tests hold it to.
     """
     for value, what in ((start, "start"), (end, "end")):
         if value.tzinfo is None or value.utcoffset() is None:

@@ -135,10 +135,8 @@ def read_settled(
     """What the ledger holds for each Subscription's three buckets, fee rows included: on the
     `FromDB` path every `current` is this sum, never a recomputation."""
     spans = charges.ledger_windows(scheduled)
-    (month, day), *rest = spans
-    sums = store_charges.bucket_sums(
-        conn, cluster=cluster, subscription_uids=uids, month=month, day=day, windows=rest
-    )
+    hour = spans[-1][0]
+    sums = store_charges.bucket_sums(conn, cluster=cluster, subscription_uids=uids, hour=hour)
     return {uid: charges.settled_charges(spans, [w.get(uid, {}) for w in sums]) for uid in uids}
 
 

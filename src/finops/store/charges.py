@@ -9,7 +9,7 @@ rewritten and may be promoted to finalized. Functions run in the caller's transa
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import Any
 
 import psycopg
@@ -136,8 +136,11 @@ def watermarks(
     return {str(uid): hour.astimezone(dt.UTC) for uid, hour in rows}
 
 
-# The month so far and the windows from its day on, in one read of that day's rows: the
-# month's sums less those rows, and a FILTER per window over the same rows.
+# The three windows of a charge run's buckets from the sums kept beside the rows: the month's
+# sums (`charge_months`) less the sums of its days from the hour's day on (`charge_days`) is
+# the month before that day; the day's sums less the rows from the hour to the day's end is
+# the day before the hour; those rows give the hour. Only the rows from the hour on are read,
+# so the read costs the same at 23:00 as at 00:00 (summing the day's rows grew with the hour).
 _BUCKET_SUMS = """
     WITH months AS (
         SELECT v.uid, m.source, sum(m.amount_micros) AS amount
@@ -145,38 +148,26 @@ _BUCKET_SUMS = """
         WHERE m.cluster = %(cluster)s AND m.month = %(month)s AND v.cluster = %(cluster)s
           AND v.uid = ANY(%(uids)b)
         GROUP BY 1, 2
+    ), days AS (
+        SELECT v.uid, d.source, sum(d.amount_micros) AS amount,
+               coalesce(sum(d.amount_micros) FILTER (WHERE d.day = %(day)s), 0) AS today
+        FROM charge_days d JOIN subscription_versions v ON v.id = d.subscription_version_id
+        WHERE d.cluster = %(cluster)s AND d.day >= %(day)s AND d.day < %(next)s
+          AND v.cluster = %(cluster)s AND v.uid = ANY(%(uids)b)
+        GROUP BY 1, 2
     ), later AS (
-        SELECT subscription_uid AS uid, source, sum(amount_micros) AS amount{filters}
+        SELECT subscription_uid AS uid, source,
+               coalesce(sum(amount_micros) FILTER (WHERE hour < %(day_end)s), 0) AS rest_of_day,
+               coalesce(sum(amount_micros) FILTER (WHERE hour < %(hour_end)s), 0) AS this_hour
         FROM subscription_charges
         WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)b)
-          AND hour >= %(day)s AND hour < %(next)s
+          AND hour >= %(hour)s AND hour < %(next)s
         GROUP BY 1, 2
     )
-    SELECT coalesce(m.uid, l.uid), coalesce(m.source, l.source),
-           coalesce(m.amount, 0) - coalesce(l.amount, 0){picked}
-    FROM months m FULL JOIN later l ON l.uid = m.uid AND l.source = m.source
+    SELECT uid, source, coalesce(months.amount, 0) - coalesce(days.amount, 0),
+           coalesce(days.today, 0) - coalesce(later.rest_of_day, 0), coalesce(later.this_hour, 0)
+    FROM months FULL JOIN days USING (uid, source) FULL JOIN later USING (uid, source)
 """
-
-
-def _month_end(
-    month: dt.datetime, day: dt.datetime, windows: Sequence[tuple[dt.datetime, dt.datetime]]
-) -> dt.datetime:
-    """The end of `month`, once `day` is known to be in it and every window within `[day,
-    month end)`: a window outside would be summed short by `bucket_sums`."""
-    next_month = partitions.add_months(month, 1)
-    ticks.require_aware(month=month, day=day)
-    for lo, hi in windows:
-        ticks.require_aware(window=lo)
-        ticks.require_aware(window=hi)
-    if not month <= day < next_month:
-        raise ValueError(f"day {day.isoformat()} is not in the month of {month.isoformat()}")
-    for start, end in windows:
-        if start < end and (start < day or end > next_month):
-            raise ValueError(
-                f"window [{start.isoformat()}, {end.isoformat()}) is not within"
-                f" [{day.isoformat()}, {next_month.isoformat()})"
-            )
-    return next_month
 
 
 def bucket_sums(
@@ -184,45 +175,29 @@ def bucket_sums(
     *,
     cluster: str,
     subscription_uids: Collection[str],
-    month: dt.datetime,
-    day: dt.datetime,
-    windows: Sequence[tuple[dt.datetime, dt.datetime]],
-) -> list[dict[str, dict[str, int]]]:
-    """`sums` over `[month, day)`, then over each window, in one query: what a charge run
-    reads back for the buckets every hour.
-
-    `month` starts a UTC month, `day` is a UTC day of it, and every window lies in `[day,
-    next month)`. The first sum is the month's sums (`charge_months`, kept by the ledger's
-    triggers) less the month's rows from `day` on, so it costs the rows of one day, not every
-    hour of the month so far; those same rows, read once, give each window's sums. A sum over
-    `[month, day)` that comes to zero is left out; a window's is kept when the window holds
-    rows. An empty window (start >= end) sums to {}."""
-    next_month = _month_end(month, day, windows)
-    spans = [(s, e) for s, e in windows if s < e]
+    hour: dt.datetime,
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """Per Subscription and source, the sums of `[month start, day start)`, `[day start,
+    hour)` and `[hour, hour + 1h)` for the UTC day and month of the whole hour `hour`, in one
+    query: what a charge run reads back for the buckets every hour. A sum that comes to zero
+    is left out."""
+    ticks.require_aware(hour=hour)
+    if hour != ticks.floor_hour(hour):
+        raise ValueError(f"hour {hour.isoformat()} is not a whole hour")
+    month, day = ticks.floor_month(hour), ticks.floor_day(hour)
     params: dict[str, Any] = {
         "cluster": cluster,
         "uids": list(subscription_uids),
         "month": month,
         "day": day,
-        "next": next_month,
+        "next": partitions.add_months(month, 1),
+        "day_end": day + ticks.DAY,
+        "hour": hour,
+        "hour_end": hour + ticks.HOUR,
     }
-    for i, (s, e) in enumerate(spans):
-        params[f"s{i}"], params[f"e{i}"] = s, e
-    statement = _BUCKET_SUMS.format(
-        filters="".join(
-            f", sum(amount_micros) FILTER (WHERE hour >= %(s{i})s AND hour < %(e{i})s) AS w{i}"
-            for i in range(len(spans))
-        ),
-        picked="".join(f", l.w{i}" for i in range(len(spans))),
-    )
-    rows = conn.execute(statement.encode(), params).fetchall()
-    so_far: dict[str, dict[str, int]] = {}
-    result: list[dict[str, dict[str, int]]] = [{} for _ in windows]
-    where = [i for i, (s, e) in enumerate(windows) if s < e]
-    for uid, source, before, *totals in rows:
-        if before:
-            so_far.setdefault(str(uid), {})[str(source)] = int(before)
-        for i, total in zip(where, totals, strict=True):
-            if total is not None:
-                result[i].setdefault(str(uid), {})[str(source)] = int(total)
-    return [so_far, *result]
+    windows: tuple[dict[str, dict[str, int]], ...] = ({}, {}, {})
+    for uid, source, *sums in conn.execute(_BUCKET_SUMS.encode(), params).fetchall():
+        for window, total in zip(windows, sums, strict=True):
+            if total:
+                window.setdefault(str(uid), {})[str(source)] = int(total)
+    return windows[0], windows[1], windows[2]
