@@ -4,6 +4,8 @@ retired only when closed and older than the retention setting."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from typing import Any
 
 import psycopg
@@ -73,6 +75,41 @@ def test_a_months_partition_takes_that_months_rows_from_the_default_partition(
     assert after == before
     assert ledger_sums.kept_day_sums(conn) == days == ledger_sums.day_sums(conn)
     assert partitions.months(conn) == [_month(1)]
+
+
+def test_a_month_made_meanwhile_by_another_run_is_found_not_made_again(ledger_dsn: str) -> None:
+    """Two runs that both miss a month's partition: the second waits for the first, then must
+    see the partition the first committed meanwhile (not fail with "already exists")."""
+    month = _month(10)
+    with (
+        psycopg.connect(ledger_dsn) as first,
+        psycopg.connect(ledger_dsn, autocommit=True) as second,
+        psycopg.connect(ledger_dsn, autocommit=True) as probe,
+    ):
+        pid = second.info.backend_pid
+        made = partitions.ensure(first, start=month, end=month + dt.timedelta(hours=1))
+        outcome: list[object] = []
+
+        def run() -> None:
+            try:
+                with second.transaction():
+                    outcome.append(
+                        partitions.ensure(second, start=month, end=month + dt.timedelta(hours=1))
+                    )
+            except psycopg.Error as exc:
+                outcome.append(exc)
+
+        waiting = threading.Thread(target=run)
+        waiting.start()
+        deadline = time.monotonic() + 30
+        while not probe.execute(
+            "SELECT count(*) > 0 FROM pg_locks WHERE pid = %s AND NOT granted", (pid,)
+        ).fetchone()[0]:  # type: ignore[index]
+            assert time.monotonic() < deadline, "the second run never waited for the first"
+            time.sleep(0.01)
+        first.commit()
+        waiting.join(timeout=30)
+    assert outcome == [made] == [["subscription_charges_y2026m11"]]
 
 
 def test_retention_retires_only_closed_months_older_than_the_setting(
