@@ -38,6 +38,8 @@ GIB = 2**30
 # The test book's rates in micros ("0.031", "0.004", "0.0002", "0.09").
 RATES = {"cpuHour": 31_000, "ramGbHour": 4_000, "pvGbHour": 200, "networkGb": 90_000}
 FIXED_MONTH = 2_629_800
+DATABASE_DOWN = "host=127.0.0.1 port=9 dbname=none user=nobody connect_timeout=2"
+"""A DSN nothing answers on: the charge run's ledger pass cannot run."""
 
 
 # ---------------------------------------------------------------- fixtures and API helpers
@@ -667,8 +669,7 @@ def test_with_the_database_down_costs_come_from_the_fee_calculator(
     offering(kube, ns, "usage", pricing_of(PLANS["usage-only"]))
     subscription(kube, ns, "mixed", "mixed", at(0), sources=PLANS["mixed"]["sources"])
     subscription(kube, ns, "usage", "usage", at(0), sources=PLANS["usage-only"]["sources"])
-    down = "host=127.0.0.1 port=9 dbname=none user=nobody connect_timeout=2"
-    assert charge_run(kube, ns, down, at(3)) == 1
+    assert charge_run(kube, ns, DATABASE_DOWN, at(3)) == 1
 
     mixed = get_sub(kube, ns, "mixed")
     assert mixed is not None
@@ -711,8 +712,7 @@ def test_a_run_without_the_database_leaves_ledger_costs_of_its_hour_and_replaces
     month = charged["status"]["costs"][2]
     assert {b["name"] for b in month["breakdown"]} == {"subscription", *plan["usage"]}
 
-    down = "host=127.0.0.1 port=9 dbname=none user=nobody connect_timeout=2"
-    assert charge_run(kube, ns, down, at(3)) == 1
+    assert charge_run(kube, ns, DATABASE_DOWN, at(3)) == 1
     again = get_sub(kube, ns, "mixed")
     assert again is not None
     assert again["status"] == charged["status"]
@@ -720,7 +720,7 @@ def test_a_run_without_the_database_leaves_ledger_costs_of_its_hour_and_replaces
     kept = "1 subscription(s) keep the costs a run of 2026-10-31T03:00:00Z or later summed"
     assert any(r.getMessage().startswith(kept) for r in caplog.records)
 
-    assert charge_run(kube, ns, down, at(4)) == 1
+    assert charge_run(kube, ns, DATABASE_DOWN, at(4)) == 1
     later = get_sub(kube, ns, "mixed")
     assert later is not None and costs_resolved(later)["reason"] == "FromCalculator"
     assert later["status"]["costs"][0]["start"] == rfc(at(4))
