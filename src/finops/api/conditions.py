@@ -39,6 +39,16 @@ def find(conditions: Sequence[_Entry] | None, type_: str) -> _Entry | None:
     return None
 
 
+def in_status(status: Mapping[str, object], type_: str) -> Mapping[str, object] | None:
+    """The condition of one type in a status as the API server sent it, or None; a
+    `conditions` that is not a list, and entries that are not objects, count as absent."""
+    found = status.get("conditions")
+    for cond in found if isinstance(found, list) else ():
+        if isinstance(cond, Mapping) and cond.get("type") == type_:
+            return cond
+    return None
+
+
 def set_condition(
     conditions: Sequence[Mapping[str, Any]] | None,
     new: DecidedCondition,

@@ -241,29 +241,24 @@ def holds_ledger_costs(status: Mapping[str, object], scheduled: dt.datetime) -> 
     Why: two runs of one hour can race, and the one whose ledger pass failed writes fee-only
     buckets. Written over the other run's, they would hide usage the ledger holds; the failed
     run leaves such costs as they are (it still fails, and says why in its record)."""
-    found = conditions.find(
-        _entries(status.get("conditions")), reasons.ConditionType.COSTS_RESOLVED
-    )
+    found = conditions.in_status(status, reasons.ConditionType.COSTS_RESOLVED)
     if found is None or (found.get("status"), found.get("reason")) != (
         "True",
         reasons.CostsReason.FROM_DB.value,
     ):
         return False
-    for bucket in _entries(status.get("costs")):
-        if bucket.get("granularity") == models.Granularity.HOUR.value:
+    costs = status.get("costs")
+    for bucket in costs if isinstance(costs, list) else ():
+        if (
+            isinstance(bucket, Mapping)
+            and bucket.get("granularity") == models.Granularity.HOUR.value
+        ):
             try:
                 start = views.parse_time(bucket.get("start"))
             except views.TimestampError:
                 return False
             return start is not None and start >= ticks.floor_hour(scheduled)
     return False
-
-
-def _entries(value: object) -> list[Mapping[str, object]]:
-    """The mappings of a status list (anything else in it, or no list, counts as nothing)."""
-    if not isinstance(value, list):
-        return []
-    return [v for v in value if isinstance(v, Mapping)]
 
 
 # ---------------------------------------------------------------- the finalizer

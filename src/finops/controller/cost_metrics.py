@@ -16,7 +16,7 @@ import prometheus_client
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from finops.api import bodies
+from finops.api import bodies, conditions
 from finops.collection import durations
 
 B = TypeVar(
@@ -39,11 +39,8 @@ def _timestamp(value: object) -> float | None:
 
 def _condition(obj: Mapping[str, object], kind: str) -> Mapping[str, object]:
     status = obj.get("status")
-    found = status.get("conditions") if isinstance(status, Mapping) else None
-    for c in found if isinstance(found, list) else []:
-        if isinstance(c, Mapping) and c.get("type") == kind:
-            return dict(c)
-    return {}
+    found = conditions.in_status(status, kind) if isinstance(status, Mapping) else None
+    return {} if found is None else dict(found)
 
 
 def subscription_families(subs: Iterable[bodies.SubscriptionBody]) -> list[GaugeMetricFamily]:
