@@ -180,6 +180,52 @@ def test_the_daily_sums_always_equal_the_rows_they_sum(
                     ]
 
 
+@seed(20261207)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=st.lists(_op, min_size=1, max_size=8), commit=st.booleans())
+def test_a_transactions_writes_reach_the_sums_at_its_commit_and_only_then(
+    ledger_dsn: str, ops: list[tuple[Any, ...]], commit: bool
+) -> None:
+    """Several writing statements in one transaction (what a charge run does): another
+    session sees the sums of before until the commit, then the sums of every row the
+    transaction left (a row inserted and deleted again leaves no empty sum); a rollback
+    leaves them as they were. Nothing stays pending either way."""
+    with (
+        psycopg.connect(ledger_dsn, autocommit=True) as conn,
+        psycopg.connect(ledger_dsn, autocommit=True) as other,
+    ):
+        conn.execute("TRUNCATE subscription_charges")
+        offerings, subs = _versions(conn)
+        _apply(
+            conn, ("upsert", [("default", 0, 3, "cpuHour", 10, False, "EUR", 0)]), offerings, subs
+        )
+        before = ledger_sums.kept_day_sums(conn)
+        try:
+            with conn.transaction():
+                for op in ops:
+                    _apply(conn, op, offerings, subs)
+                if not any(op[0] in ("truncate", "partition") for op in ops):
+                    # (those lock the ledger against readers until the transaction ends)
+                    assert ledger_sums.kept_day_sums(other) == before == ledger_sums.day_sums(other)
+                if not commit:
+                    raise _RolledBack
+        except _RolledBack:
+            pass
+        kept = ledger_sums.kept_day_sums(other)
+        assert kept == ledger_sums.day_sums(other), ops
+        assert kept == before or commit
+        assert all(row[-1] > 0 for table in kept for row in table)
+        assert conn.execute("SELECT count(*) FROM charge_sums_pending").fetchone() == (0,)
+
+
+class _RolledBack(Exception):
+    """Leaves the transaction of the test above by rolling it back."""
+
+
 def test_a_statement_that_fails_leaves_the_daily_sums_as_they_were(
     conn: psycopg.Connection[Any],
 ) -> None:
@@ -303,10 +349,10 @@ def _hot_updates(conn: psycopg.Connection[Any], table: str) -> tuple[int, int]:
 
 
 def test_hourly_runs_update_the_month_sums_in_place(conn: psycopg.Connection[Any]) -> None:
-    """The hourly pattern (promote the open hour, write the next one) rewrites each month's
-    sum twice a run; the month sums leave room for both on the page (migration 0023), so no
-    run adds an index entry for them, the first or a later one, and the day sums keep room
-    for at least one."""
+    """The hourly pattern (promote the open hour, write the next one) changes each month's and
+    day's sum in two statements; the sums take both changes in one update at commit
+    (migration 0026), in place on their page (migration 0023), so no run adds an index entry
+    for them, the first or a later one."""
     offering = builders.offering_version(conn)
     for n in range(600):  # a few full pages of sums
         builders.subscription_version(conn, uid=f"page-{n}")
@@ -330,12 +376,14 @@ def test_hourly_runs_update_the_month_sums_in_place(conn: psycopg.Connection[Any
         days_0, days_hot_0 = _hot_updates(conn, "charge_days")
         conn.execute(promote, {"hour": before})
         conn.execute(write, {"hour": hour, "offering": offering})
+        # What commit does first: the transaction's changes added to the sums.
+        conn.execute("SET CONSTRAINTS charge_sums_at_commit IMMEDIATE")
         months, months_hot = _hot_updates(conn, "charge_months")
         days, days_hot = _hot_updates(conn, "charge_days")
         conn.commit()
         months, months_hot = months - months_0, months_hot - months_hot_0
         days, days_hot = days - days_0, days_hot - days_hot_0
-        assert months == 2 * 600 and months_hot == months, f"run {k}"
-        assert days >= 600 and days_hot >= 600, f"run {k}"
+        assert months == 600 and months_hot == months, f"run {k}"
+        assert days == 600 and days_hot == days, f"run {k}"
     sums = conn.execute("SELECT sum(amount_micros), sum(charge_rows) FROM charge_months")
     assert sums.fetchone() == (7 * 600 * 4, 600 * 4)

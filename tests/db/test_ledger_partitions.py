@@ -64,6 +64,7 @@ def test_a_months_partition_takes_that_months_rows_from_the_default_partition(
     conn: psycopg.Connection[Any],
 ) -> None:
     _fill(conn, builders.CLUSTER, 3, final_months=0)
+    conn.commit()  # the sums of the rows written are added at commit
     before = conn.execute("SELECT * FROM subscription_charges ORDER BY 1, 2, 3, 4").fetchall()
     days = ledger_sums.kept_day_sums(conn)
     made = partitions.ensure(conn, start=_month(1), end=_month(1) + dt.timedelta(hours=1))
