@@ -123,15 +123,27 @@ def _jit(conn: pool.Connection) -> str:
 
 
 @pytest.mark.parametrize("session_value", ["on", "off"])
-def test_without_jit_turns_it_off_and_restores_the_session_setting(
+def test_planned_afresh_turns_jit_and_prepared_statements_off_and_restores_them(
     ledger_dsn: str, session_value: str
 ) -> None:
     with unit.session(ledger_dsn) as conn:
         conn.execute(f"SET jit = {session_value}")
-        with unit.without_jit(conn):
+        threshold = conn.prepare_threshold
+        with unit.planned_afresh(conn):
             assert _jit(conn) == "off"
+            for _ in range(8):  # more than psycopg's threshold for preparing one
+                conn.execute("SELECT count(*) FROM schema_migrations WHERE version > %s", (0,))
+            assert _prepared(conn) == 0
         assert _jit(conn) == session_value
-        with pytest.raises(RuntimeError), unit.without_jit(conn), unit.begin(conn) as work:
+        assert conn.prepare_threshold == threshold is not None
+        with pytest.raises(RuntimeError), unit.planned_afresh(conn), unit.begin(conn) as work:
             work.conn.execute("SELECT 1")
             raise RuntimeError("a failed write")
         assert _jit(conn) == session_value
+        assert conn.prepare_threshold == threshold
+
+
+def _prepared(conn: pool.Connection) -> int:
+    row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+    assert row is not None
+    return int(row[0])

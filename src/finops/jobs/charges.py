@@ -156,7 +156,7 @@ def charge(
     `conn` must be in autocommit mode (as `unit.session` opens it), so each unit of work is
     a real transaction.
     """
-    with unit.without_jit(conn):
+    with unit.planned_afresh(conn):
         scheduled = plan.truncate_hour(scheduled)
         closed = store_periods.closed_through(conn, cluster=cluster)
         inputs = _read(conn, cluster, scheduled, billed, closed)

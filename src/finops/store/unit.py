@@ -59,17 +59,26 @@ def session(dsn: str, *, connect_timeout: int = 10) -> Iterator[pool.Connection]
 
 
 @contextlib.contextmanager
-def without_jit(conn: pool.Connection) -> Iterator[None]:
-    """The block's statements planned without JIT compilation, the session's setting restored
-    after. Why: the charge run's statements are planned for tens of thousands of rows, which
-    crosses the JIT cost thresholds, and compiling them cost more than running them (a second
-    of the 10k Subscriptions' watermark statement)."""
+def planned_afresh(conn: pool.Connection) -> Iterator[None]:
+    """The block's statements planned for the values they are run with, without JIT
+    compilation; the session's settings restored after.
+
+    Why: the charge run's statements are planned for tens of thousands of rows. That crosses
+    the JIT cost thresholds, and compiling them cost more than running them (a second of the
+    10k Subscriptions' watermark statement). And their plans depend on their parameters (how
+    many Subscriptions, which hours): a statement psycopg prepares on the server (from its
+    sixth execution on one connection) is soon given a generic plan that ignores them, and on
+    a connection that ran the charge run ten times the watermarks and the read-back went from
+    0.6 s and 0.3 s to more than 20 s each. So nothing in the block is prepared."""
     row = conn.execute(b"SELECT current_setting('jit')").fetchone()
     before = "on" if row is None else str(row[0])
+    threshold = conn.prepare_threshold
     conn.execute(b"SELECT set_config('jit', 'off', false)")
+    conn.prepare_threshold = None
     try:
         yield
     finally:
+        conn.prepare_threshold = threshold
         idle = conn.info.transaction_status is psycopg.pq.TransactionStatus.IDLE
         if not conn.closed and idle:
             conn.execute(b"SELECT set_config('jit', %s, false)", (before,))
