@@ -178,30 +178,6 @@ class FeeSchedule:
             hour, before = hour + ticks.HOUR, after
         return rows
 
-    def hourly_ticks(
-        self, start: dt.datetime, end: dt.datetime
-    ) -> list[tuple[dt.datetime, int, int]]:
-        """`(hour, ticks closed, micros)` for every whole hour in `[start, end)`: `hourly` with
-        the boundaries each hour closes, counting each hour edge once (a run writes one fee row
-        per Subscription-hour, so this is on the hot path)."""
-        first, last = ticks.utc(start), ticks.utc(end)
-        if not (ticks.is_whole_hour(first) and ticks.is_whole_hour(last)):
-            raise ValueError("hourly windows must start and end on whole UTC hours")
-        opening, price, snapped = self.opening_tick_micros, self.spec.price_micros, self.end
-        edges = [first + ticks.HOUR * i for i in range(max(0, (last - first) // ticks.HOUR) + 1)]
-        # `billed_ticks` of every hour edge at once: the deactivation clamp, then one count.
-        counts = self.clock.counts(
-            [t if snapped is None or t <= snapped else snapped for t in edges]
-        )
-        rows: list[tuple[dt.datetime, int, int]] = []
-        n_before = counts[0]
-        before = 0 if n_before == 0 else opening + (n_before - 1) * price
-        for hour, n_after in zip(edges[:-1], counts[1:], strict=True):
-            after = 0 if n_after == 0 else opening + (n_after - 1) * price
-            rows.append((hour, n_after - n_before, after - before))
-            n_before, before = n_after, after
-        return rows
-
     def covered(self, before: int, after: int) -> tuple[dt.datetime, dt.datetime] | None:
         """The service ticks `before + 1 … after` pay for: from the boundary before the first
         of them (activation, for the opening tick) to the last one; None for no tick."""
@@ -213,21 +189,41 @@ class FeeSchedule:
     def hourly_spans(
         self, start: dt.datetime, end: dt.datetime
     ) -> list[tuple[dt.datetime, int, int, tuple[dt.datetime, dt.datetime] | None]]:
-        """`hourly_ticks` with the service each hour's ticks pay for (`covered`): a fee row
-        records it, so a statement names the period a fee is for, not the hour that closed it."""
-        ticks_of = self.hourly_ticks(start, end)
-        counts = [self.billed_ticks(start)]
-        for _, closed, _ in ticks_of:
-            counts.append(counts[-1] + closed)
-        named = sorted({c for c in counts if c >= 1})
+        """`(hour, ticks closed, micros, service)` for every whole hour in `[start, end)`:
+        `hourly` with the boundaries each hour closes and the service they pay for (`covered`),
+        so a statement names the period a fee is for, not the hour that closed it.
+
+        A run writes one fee row per Subscription-hour, so this is on the hot path: each hour
+        edge is counted once, every boundary named is computed in one batch, and the rows are
+        made in a single pass.
+        """
+        first, last = ticks.utc(start), ticks.utc(end)
+        if not (ticks.is_whole_hour(first) and ticks.is_whole_hour(last)):
+            raise ValueError("hourly windows must start and end on whole UTC hours")
+        step, snapped = ticks.HOUR, self.end
+        edges = [first + step * i for i in range(max(0, (last - first) // step) + 1)]
+        # `billed_ticks` of every hour edge at once: the deactivation clamp, then one count.
+        counts = self.clock.counts(
+            edges if snapped is None else [t if t <= snapped else snapped for t in edges]
+        )
+        named = sorted({n for n in counts if n >= 1})
         at = dict(zip(named, self.clock.boundaries(named), strict=True))
+        opening, price, activated = (
+            self.opening_tick_micros,
+            self.spec.price_micros,
+            self.clock.activated_at,
+        )
         rows: list[tuple[dt.datetime, int, int, tuple[dt.datetime, dt.datetime] | None]] = []
-        for (hour, closed, amount), before in zip(ticks_of, counts, strict=False):
-            span = None
-            if closed:
-                opened = self.clock.activated_at if before == 0 else at[before]
-                span = (opened, at[before + closed])
-            rows.append((hour, closed, amount, span))
+        n_before = counts[0]
+        accrued = 0 if n_before == 0 else opening + (n_before - 1) * price
+        for hour, n_after in zip(edges[:-1], counts[1:], strict=True):
+            if n_after == n_before:
+                rows.append((hour, 0, 0, None))
+                continue
+            after = opening + (n_after - 1) * price  # n_after >= 1: it grew
+            opened = activated if n_before == 0 else at[n_before]
+            rows.append((hour, n_after - n_before, after - accrued, (opened, at[n_after])))
+            n_before, accrued = n_after, after
         return rows
 
     def min_periods_elapsed(self, now: dt.datetime) -> bool:

@@ -211,11 +211,13 @@ def fee_rows(b: Billed, window: Window, scheduled: dt.datetime, inputs: Inputs) 
     ov, sv = inputs.versions.offering[uid], inputs.versions.subscription[uid]
     price = fee.spec.price_micros
     anchor = ticks.floor_hour(scheduled)
-    rows: list[FeeRow] = []
-    for hour, closed, amount, span in fee.hourly_spans(*window):
-        lo, hi = span if span is not None else (None, None)
-        rows.append((uid, hour, closed, price, amount, currency, hour < anchor, ov, sv, lo, hi))
-    return rows
+    return [
+        (uid, hour, closed, price, amount, currency, hour < anchor, ov, sv, *(span or _NO_SPAN))
+        for hour, closed, amount, span in fee.hourly_spans(*window)
+    ]
+
+
+_NO_SPAN = (None, None)
 
 
 def tables(billed: Iterable[Billed], inputs: Inputs, scheduled: dt.datetime) -> Tables:

@@ -299,23 +299,24 @@ def test_the_snap_never_charges_a_partial_final_tick(
 
 @settings(deadline=None)
 @given(SPECS, ACTIVATIONS, LIFETIMES, OFFSETS, st.integers(0, 60))
-def test_hourly_ticks_are_the_hourly_fee_with_the_ticks_each_hour_closes(
+def test_hourly_spans_are_the_hourly_fee_with_the_ticks_and_service_of_each_hour(
     spec: fees.FeeSpec,
     activated: dt.datetime,
     life: dt.timedelta | None,
     offset: dt.timedelta,
     hours: int,
 ) -> None:
-    """The charge run's fee rows (`hourly_ticks`, counted in one batch) against `hourly` and
-    `billed_ticks` hour by hour, over windows before, across and after the deactivation."""
+    """The charge run's fee rows (`hourly_spans`, counted in one batch) against `hourly`,
+    `billed_ticks` and `covered` hour by hour, over windows before, across and after the
+    deactivation."""
     schedule = schedule_of(spec, activated, life)
     start = ticks.floor_hour(activated + offset - dt.timedelta(days=1))
     end = start + hours * HOUR
-    expected = [
-        (hour, schedule.billed_ticks(hour + HOUR) - schedule.billed_ticks(hour), micros)
-        for hour, micros in schedule.hourly(start, end)
-    ]
-    assert schedule.hourly_ticks(start, end) == expected
+    expected = []
+    for hour, micros in schedule.hourly(start, end):
+        before, after = schedule.billed_ticks(hour), schedule.billed_ticks(hour + HOUR)
+        expected.append((hour, after - before, micros, schedule.covered(before, after)))
+    assert schedule.hourly_spans(start, end) == expected
 
 
 @pytest.mark.parametrize(
@@ -334,7 +335,6 @@ def test_hourly_spans_name_the_service_each_hours_ticks_pay_for(
     start = dt.datetime(2026, 1, 30, 21, tzinfo=dt.UTC)
     end = start + dt.timedelta(days=45)
     spans = schedule.hourly_spans(start, end)
-    assert [(h, c, a) for h, c, a, _ in spans] == schedule.hourly_ticks(start, end)
     for hour, closed, _, span in spans:
         before = schedule.billed_ticks(hour)
         assert span == schedule.covered(before, before + closed)
