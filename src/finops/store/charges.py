@@ -44,8 +44,10 @@ UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
 # monthly sums, the first month whose fee rows in that span fall short of its hours (rows are
 # unique per hour, so a full count means no hole; the first month's rows before the span are
 # counted by one more probe and taken off). Only from a short month on are the fee rows read,
-# for the exact hole; the watermark is then one backward primary-key probe. Exact as
-# `tests/oracle/watermarks.py`, the statement it replaces.
+# for the exact hole; the watermark is then one backward primary-key probe, or none when
+# the fee rows run without a hole over the hour before the first open one: every row before
+# an open one is final, so that hour is the watermark. Exact as `tests/oracle/watermarks.py`,
+# the statement it replaces.
 _WATERMARKS = """
     WITH u AS (SELECT DISTINCT unnest(%(uids)s::text[]) AS uid),
     open AS MATERIALIZED (
@@ -101,11 +103,16 @@ _WATERMARKS = """
     SELECT u.uid, w.hour FROM u
     LEFT JOIN open o ON o.uid = u.uid
     LEFT JOIN hole h ON h.uid = u.uid
+    LEFT JOIN span s ON s.uid = u.uid
     CROSS JOIN LATERAL (
-        SELECT max(c.hour) AS hour FROM subscription_charges c
-        WHERE c.cluster = %(cluster)s AND c.subscription_uid = u.uid AND c.finalized
-          AND c.hour < coalesce(o.first_open, 'infinity')
-          AND c.hour <= coalesce(h.before_hole, 'infinity')
+        SELECT CASE WHEN h.before_hole IS NULL
+                     AND o.first_open - interval '1 hour' BETWEEN s.lo AND s.hi
+               THEN o.first_open - interval '1 hour'
+               ELSE (SELECT max(c.hour) FROM subscription_charges c
+                     WHERE c.cluster = %(cluster)s AND c.subscription_uid = u.uid
+                       AND c.finalized AND c.hour < coalesce(o.first_open, 'infinity')
+                       AND c.hour <= coalesce(h.before_hole, 'infinity'))
+               END AS hour
     ) w
     WHERE w.hour IS NOT NULL
 """
