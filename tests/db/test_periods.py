@@ -8,7 +8,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from finops.billing import periods
 from finops.collection import charge_plan
 from finops.store import charge_inputs, unit
 from finops.store import periods as store_periods
@@ -231,3 +234,43 @@ class TestTheDatabaseKeepsClosedPeriods:
             ):
                 with pytest.raises(psycopg.errors.IntegrityConstraintViolation):
                     conn.execute(statement.encode())
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    zone=st.sampled_from(["UTC", "Asia/Tokyo", "America/New_York", "Pacific/Kiritimati"]),
+    offsets=st.lists(st.integers(-30, 30), min_size=1, max_size=4),
+)
+def test_the_first_charged_period_is_the_one_of_the_earliest_charge_row(
+    ledger_dsn: str, zone: str, offsets: list[int]
+) -> None:
+    """Closing asks the ledger for an hour of the first charged period: read from the day sums
+    when no period starts inside the earliest charged day, from the rows when one does.
+    Either way it is the period of the earliest row, in zones whose months start at UTC
+    midnight, mid-afternoon the day before, early morning, or at ten the morning before."""
+    calendar = periods.Calendar(zone, dt.timedelta(hours=2))
+    hours = [ps.MARCH_END + k * ps.HOUR for k in offsets]
+    with psycopg.connect(ledger_dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE subscription_charges")
+        offering = builders.offering_version(conn)
+        rows = []
+        for i, at in enumerate(hours):
+            version = builders.subscription_version(conn, uid=f"first-{i}")
+            rows.append((builders.CLUSTER, f"first-{i}", at, offering, version))
+        with conn.cursor() as cur:
+            cur.executemany(
+                """
+                INSERT INTO subscription_charges (cluster, subscription_uid, hour, source,
+                    quantity, unit_price_micros, amount_micros, currency, finalized,
+                    offering_version_id, subscription_version_id)
+                VALUES (%s, %s, %s, 'subscription', 1, 1, 1, 'USD', true, %s, %s)
+                """,
+                rows,
+            )
+        facts = store_periods.facts(conn, cluster=builders.CLUSTER, calendar=calendar)
+    assert facts.first_hour is not None
+    assert calendar.period_of(facts.first_hour, None) == calendar.period_of(min(hours), None)

@@ -128,7 +128,9 @@ class LedgerFacts:
     closed_through: dt.datetime | None
     """The end of the last closed period (None: nothing closed yet)."""
     first_hour: dt.datetime | None
-    """The earliest charged hour of the cluster (None: no charges)."""
+    """An hour in the period of the cluster's earliest charged hour (None: no charges): only
+    that period is asked for, so the ledger may answer with the start of that hour's UTC day
+    when no period starts inside the day."""
     first_open: dt.datetime | None
     """The earliest hour with a charge row not yet final (None: all are final)."""
     allocation_boundary: dt.datetime | None

@@ -47,7 +47,7 @@ def settle(
     with unit.begin(conn) as work:
         charge_sql.lock(conn, cluster)
         store_periods.save_calendar(conn, cluster=cluster, calendar=calendar)
-        facts = store_periods.facts(conn, cluster=cluster)
+        facts = store_periods.facts(conn, cluster=cluster, calendar=calendar)
         closing = periods.closable(calendar, facts, scheduled)
         store_periods.close(
             conn,

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from finops.billing import periods
+from finops.billing import periods, ticks
 from finops.collection import rechecks
 from finops.store import allocations
 
@@ -119,15 +119,34 @@ _FIRST_HOUR = """
     WHERE v.cluster = %(cluster)s
 """
 
+# The cluster's earliest charged UTC day, from the day sums (one primary-key probe); they
+# hold exactly the committed rows, and `facts` is asked before the run writes any more.
+_FIRST_DAY = "SELECT min(day) FROM charge_days WHERE cluster = %(cluster)s"
 
-def facts(conn: psycopg.Connection[Any], *, cluster: str) -> periods.LedgerFacts:
-    """What closing decides on: the closed horizon, the first charged hour (only asked
-    before the first close), the first open charge row, the allocation boundary."""
+
+def _first_period_hour(
+    conn: psycopg.Connection[Any], cluster: str, calendar: periods.Calendar
+) -> dt.datetime | None:
+    """An hour in the period of the cluster's earliest charge, which is all closing asks
+    about it: the first charged day when no period starts inside it (every hour of the day
+    is then in the same period), else the exact first hour (one probe per version)."""
+    day = conn.execute(_FIRST_DAY, {"cluster": cluster}).fetchone()
+    if day is None or day[0] is None:
+        return None
+    first_day: dt.datetime = day[0].astimezone(dt.UTC)
+    if calendar.period_of(first_day, None).end >= first_day + ticks.DAY:
+        return first_day
+    row = conn.execute(_FIRST_HOUR.encode(), {"cluster": cluster}).fetchone()
+    return None if row is None else _utc(row[0])
+
+
+def facts(
+    conn: psycopg.Connection[Any], *, cluster: str, calendar: periods.Calendar
+) -> periods.LedgerFacts:
+    """What closing decides on: the closed horizon, an hour of the first charged period (only
+    asked before the first close), the first open charge row, the allocation boundary."""
     through = closed_through(conn, cluster=cluster)
-    first = None
-    if through is None:
-        row = conn.execute(_FIRST_HOUR.encode(), {"cluster": cluster}).fetchone()
-        first = None if row is None else _utc(row[0])
+    first = None if through is not None else _first_period_hour(conn, cluster, calendar)
     row = conn.execute(
         "SELECT min(hour) FROM subscription_charges WHERE cluster = %s AND NOT finalized",
         (cluster,),
