@@ -7,7 +7,7 @@ import datetime as dt
 from typing import Any
 
 import psycopg
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 from finops.store import charges as store_charges
@@ -27,6 +27,7 @@ _subscription = st.fixed_dictionaries(
         "missing": st.sets(st.integers(0, SPAN), max_size=6),
         "open_from": st.one_of(st.none(), st.integers(0, SPAN)),
         "usage_open": st.sets(st.integers(0, SPAN), max_size=2),
+        "no_usage": st.sets(st.integers(0, SPAN), max_size=8),
         "relabel": st.one_of(st.none(), st.integers(0, SPAN)),
     }
 )
@@ -61,7 +62,10 @@ def _rows(
         final = sub["open_from"] is None or h < sub["open_from"]
         if h not in sub["missing"]:
             out.append((uid, hour, "subscription", final, offering, version))
-        out.append((uid, hour, "cpuHour", final and h not in sub["usage_open"], offering, version))
+        if h not in sub["no_usage"]:  # an hour may have no row at all
+            out.append(
+                (uid, hour, "cpuHour", final and h not in sub["usage_open"], offering, version)
+            )
     return out
 
 
@@ -74,6 +78,22 @@ def _rows(
 @given(
     subs=st.lists(_subscription, min_size=1, max_size=3),
     since=st.one_of(st.none(), st.integers(0, SPAN)),
+)
+# The fee rows end at hour 6 and hour 7 has no row at all; the first open row is usage at 8.
+# The watermark is 6, not the hour before the first open one.
+@example(
+    subs=[
+        {
+            "first": 0,
+            "length": 10,
+            "missing": {7, 8, 9, 10},
+            "open_from": None,
+            "usage_open": {8},
+            "relabel": None,
+            "no_usage": {7},
+        }
+    ],
+    since=None,
 )
 def test_the_watermarks_equal_the_exact_ones(
     ledger_dsn: str, subs: list[dict[str, Any]], since: int | None
