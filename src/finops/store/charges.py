@@ -40,14 +40,16 @@ UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
 
 # The watermarks without reading every fee row since the bound (that grew with the ledger's
 # history, every hourly run). Per Subscription: its first open hour (the partial index of open
-# rows), its first and last fee hour since the bound (two primary-key probes); then, from the
-# monthly sums, the first month whose fee rows in that span fall short of its hours (rows are
-# unique per hour, so a full count means no hole; the first month's rows before the span are
-# counted by one more probe and taken off). Only from a short month on are the fee rows read,
-# for the exact hole; the watermark is then one backward primary-key probe, or none when
-# the fee rows run without a hole over the hour before the first open one: every row before
-# an open one is final, so that hour is the watermark. Exact as `tests/oracle/watermarks.py`,
-# the statement it replaces.
+# rows) and its first fee hour since the bound (a primary-key probe). The span to check ends
+# at the hour before the first open one (no later hour can be the watermark), or without open
+# rows at the last fee hour (one more probe). Then, from the monthly sums, the first month
+# whose fee rows in the span fall short of its hours: rows are unique per hour, so a full
+# count means a fee row in every hour; the first month's rows before the span and the last
+# month's rows after it are counted by a short range probe each and taken off. Only from a
+# short month on are the fee rows read, for the exact hole. With no short month and open
+# rows, the span's last hour is the watermark (every row before an open one is final); else
+# it is one backward primary-key probe. Exact as `tests/oracle/watermarks.py`, the statement
+# it replaces.
 _WATERMARKS = """
     WITH u AS (SELECT DISTINCT unnest(%(uids)s::text[]) AS uid),
     open AS MATERIALIZED (
@@ -55,21 +57,30 @@ _WATERMARKS = """
         WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)s) AND NOT finalized
         GROUP BY 1
     ), span AS MATERIALIZED (
-        SELECT u.uid, f.lo, l.hi, date_trunc('month', f.lo, 'UTC') AS lo_month, b.before
+        SELECT u.uid, f.lo, l.hi, date_trunc('month', f.lo, 'UTC') AS lo_month,
+               date_trunc('month', l.hi, 'UTC') AS hi_month, b.before, a.after
         FROM u
+        LEFT JOIN open o ON o.uid = u.uid
         CROSS JOIN LATERAL (
             SELECT min(hour) AS lo FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = u.uid
               AND source = 'subscription' {bound}) f
         CROSS JOIN LATERAL (
-            SELECT max(hour) AS hi FROM subscription_charges
-            WHERE cluster = %(cluster)s AND subscription_uid = u.uid
-              AND source = 'subscription' {bound}) l
+            SELECT CASE WHEN o.first_open IS NOT NULL THEN o.first_open - interval '1 hour'
+                   ELSE (SELECT max(hour) FROM subscription_charges
+                         WHERE cluster = %(cluster)s AND subscription_uid = u.uid
+                           AND source = 'subscription' {bound})
+                   END AS hi) l
         CROSS JOIN LATERAL (
             SELECT count(*) AS before FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
               AND hour >= date_trunc('month', f.lo, 'UTC') AND hour < f.lo) b
-        WHERE f.lo IS NOT NULL
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS after FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
+              AND hour > l.hi
+              AND hour < date_trunc('month', l.hi, 'UTC') + interval '1 month') a
+        WHERE f.lo IS NOT NULL AND l.hi >= f.lo
     ), counted AS (
         SELECT v.uid, m.month, sum(m.charge_rows) AS n
         FROM charge_months m
@@ -85,6 +96,7 @@ _WATERMARKS = """
         CROSS JOIN LATERAL generate_series(s.lo_month, s.hi, interval '1 month') g(month)
         LEFT JOIN counted c ON c.uid = s.uid AND c.month = g.month
         WHERE coalesce(c.n, 0) - CASE WHEN g.month = s.lo_month THEN s.before ELSE 0 END
+                               - CASE WHEN g.month = s.hi_month THEN s.after ELSE 0 END
               < extract(epoch FROM least(g.month + interval '1 month', s.hi + interval '1 hour')
                                    - greatest(g.month, s.lo)) / 3600
         GROUP BY s.uid
@@ -102,12 +114,12 @@ _WATERMARKS = """
     )
     SELECT u.uid, w.hour FROM u
     LEFT JOIN open o ON o.uid = u.uid
-    LEFT JOIN hole h ON h.uid = u.uid
     LEFT JOIN span s ON s.uid = u.uid
+    LEFT JOIN short k ON k.uid = u.uid
+    LEFT JOIN hole h ON h.uid = u.uid
     CROSS JOIN LATERAL (
-        SELECT CASE WHEN h.before_hole IS NULL
-                     AND o.first_open - interval '1 hour' BETWEEN s.lo AND s.hi
-               THEN o.first_open - interval '1 hour'
+        SELECT CASE WHEN o.first_open IS NOT NULL AND s.uid IS NOT NULL AND k.uid IS NULL
+               THEN s.hi
                ELSE (SELECT max(c.hour) FROM subscription_charges c
                      WHERE c.cluster = %(cluster)s AND c.subscription_uid = u.uid
                        AND c.finalized AND c.hour < coalesce(o.first_open, 'infinity')
