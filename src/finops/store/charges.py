@@ -46,10 +46,11 @@ UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
 # whose fee rows in the span fall short of its hours: rows are unique per hour, so a full
 # count means a fee row in every hour; the first month's rows before the span and the last
 # month's rows after it are counted by a short range probe each and taken off. Only from a
-# short month on are the fee rows read, for the exact hole. With no short month and open
-# rows, the span's last hour is the watermark (every row before an open one is final); else
-# it is one backward primary-key probe. Exact as `tests/oracle/watermarks.py`, the statement
-# it replaces.
+# short month on are the fee rows read, for the exact hole, by key per Subscription (`OFFSET
+# 0` keeps that a probe whatever the planner guesses, never a ledger scan). With no short
+# month and open rows, the span's last hour is the watermark (every row before an open one is
+# final); else it is one backward primary-key probe. Exact as `tests/oracle/watermarks.py`,
+# the statement it replaces.
 _WATERMARKS = """
     WITH u AS (SELECT DISTINCT unnest(%(uids)s::text[]) AS uid),
     open AS MATERIALIZED (
@@ -104,9 +105,12 @@ _WATERMARKS = """
         SELECT k.uid, c.hour,
                lead(c.hour) OVER (PARTITION BY k.uid ORDER BY c.hour) AS next_hour
         FROM short k JOIN span s ON s.uid = k.uid
-        JOIN subscription_charges c ON c.cluster = %(cluster)s
-             AND c.subscription_uid = k.uid AND c.source = 'subscription'
-             AND c.hour >= greatest(s.lo, k.month - interval '1 hour')
+        CROSS JOIN LATERAL (
+            SELECT hour FROM subscription_charges
+            WHERE cluster = %(cluster)s AND subscription_uid = k.uid
+              AND source = 'subscription'
+              AND hour >= greatest(s.lo, k.month - interval '1 hour')
+            OFFSET 0) c
     ), hole AS MATERIALIZED (
         SELECT uid, min(hour) AS before_hole FROM fee
         WHERE next_hour > hour + interval '1 hour'
