@@ -201,6 +201,10 @@ class Tables:
     fee_currency: str
 
 
+_NO_SPAN = (None, None)
+"""The service columns of a fee row whose hour closes no tick."""
+
+
 def fee_rows(b: Billed, window: Window, scheduled: dt.datetime, inputs: Inputs) -> list[FeeRow]:
     """One Subscription's fee rows as plain tuples: one per hour of the window, zero hours
     included (the quantity is the ticks the hour closes; hours before `scheduled` are final)."""
@@ -215,9 +219,6 @@ def fee_rows(b: Billed, window: Window, scheduled: dt.datetime, inputs: Inputs) 
         (uid, hour, closed, price, amount, currency, hour < anchor, ov, sv, *(span or _NO_SPAN))
         for hour, closed, amount, span in fee.hourly_spans(*window)
     ]
-
-
-_NO_SPAN = (None, None)
 
 
 def tables(billed: Iterable[Billed], inputs: Inputs, scheduled: dt.datetime) -> Tables:
