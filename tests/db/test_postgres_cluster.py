@@ -26,6 +26,19 @@ def test_the_session_server_trades_durability_for_speed(pg_dsn: str) -> None:
     }
 
 
+def test_settings_given_are_added_to_the_defaults_or_replace_them() -> None:
+    given = {"shared_buffers": "32MB", "fsync": "on"}
+    with (
+        postgres.PostgresCluster(settings=given) as cluster,
+        psycopg.connect(cluster.admin_dsn) as conn,
+    ):
+        found = {
+            name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+            for name in ("shared_buffers", "fsync", "full_page_writes")
+        }
+    assert found == {"shared_buffers": "32MB", "fsync": "on", "full_page_writes": "off"}
+
+
 def test_the_server_runs_as_the_postgres_user_when_we_are_root(
     pg_server: postgres.PostgresCluster,
 ) -> None:

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import psycopg
 from psycopg import conninfo, sql
@@ -121,12 +121,16 @@ class PostgresCluster:
         base_dir: pathlib.Path | None = None,
         start_timeout: float = 60.0,
         remote: tuple[str, str] | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         """`remote` = (address, client CIDR): also listen on `address` and let clients from
         the CIDR in as `PASSWORD_ROLE` with its password (how pods reach a database that
-        runs outside their cluster); loopback only by default."""
+        runs outside their cluster); loopback only by default. `settings`: server settings
+        added to (or replacing) the defaults, e.g. `{"shared_buffers": "1GB"}` for a benchmark
+        that measures the ledger on a server sized like a production one."""
         self.bin_dir = bin_dir or find_bin_dir()
         self.remote = remote
+        self.settings = dict(settings or {})
         self.start_timeout = start_timeout
         self.password = secrets.token_urlsafe(18)
         self.port = 0
@@ -285,6 +289,7 @@ class PostgresCluster:
             "max_connections": "200",
             "password_encryption": "scram-sha-256",
             "log_min_messages": "warning",
+            **self.settings,
         }
         args = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir)]
         for key, value in settings.items():
