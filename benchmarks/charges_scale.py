@@ -404,6 +404,31 @@ def run(
     return lines, ratio, replay_ratio, per_sub
 
 
+def add_server_settings(parser: argparse.ArgumentParser) -> None:
+    """`--pg-setting KEY=VALUE` (repeatable): a setting of the benchmark's own PostgreSQL,
+    e.g. `shared_buffers=1GB` to measure the ledger on a server sized for it."""
+    parser.add_argument(
+        "--pg-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a server setting of the benchmark's PostgreSQL (repeatable)",
+    )
+
+
+def server_settings(parser: argparse.ArgumentParser, values: Sequence[str]) -> dict[str, str]:
+    """The `--pg-setting` values as a mapping, printed so the figures say what they ran on."""
+    settings: dict[str, str] = {}
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not (sep and key.strip() and setting.strip()):
+            parser.error(f"--pg-setting {value!r}: expected KEY=VALUE, e.g. shared_buffers=1GB")
+        settings[key.strip()] = setting.strip()
+    shown = ", ".join(f"{k}={v}" for k, v in settings.items()) or "none (the server's defaults)"
+    print(f"PostgreSQL settings given: {shown}", flush=True)
+    return settings
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--subscriptions", type=int, default=2_500, help="at scale 1")
@@ -411,14 +436,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scales", default="1,2,4", help="comma-separated multipliers")
     parser.add_argument("--dsn", help="an existing empty database (only with one scale)")
     parser.add_argument("--trials", type=int, default=TRIALS, help="per size; medians shown")
+    add_server_settings(parser)
     args = parser.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",") if s.strip()]
     if args.dsn and len(scales) != 1:
         parser.error("--dsn takes one scale: each size needs an empty database")
+    if args.dsn and args.pg_setting:
+        parser.error("--pg-setting applies to the benchmark's own PostgreSQL, not to --dsn")
     results = []
     print(f"load at start: {machine.loadavg()}", flush=True)
+    settings = server_settings(parser, args.pg_setting)
     with ExitStack() as stack:
-        cluster = None if args.dsn else stack.enter_context(postgres.PostgresCluster())
+        cluster = (
+            None if args.dsn else stack.enter_context(postgres.PostgresCluster(settings=settings))
+        )
         for scale in scales:
             dsn = args.dsn or cluster.create_database(f"charges_bench_{scale}")  # type: ignore[union-attr]
             print(f"-- scale ×{scale} (load {machine.loadavg()})")

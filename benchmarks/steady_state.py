@@ -21,6 +21,7 @@ size of `benchmarks.charges_scale`). Targets: 4 weeks / 1 week ≤ 1.1, and the 
 
     .venv/bin/python -m benchmarks.steady_state                        # 10k Subscriptions
     .venv/bin/python -m benchmarks.steady_state --subscriptions 1000   # smaller
+    .venv/bin/python -m benchmarks.steady_state --pg-setting shared_buffers=1GB
 """
 
 from __future__ import annotations
@@ -131,11 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--subscriptions", type=int, default=10_000)
     parser.add_argument("--weeks", default="1,2,4")
+    cs.add_server_settings(parser)
     args = parser.parse_args(argv)
     weeks = [int(w) for w in args.weeks.split(",")]
     medians: dict[int, float] = {}
     print(f"load at start: {machine.loadavg()}", flush=True)
-    with postgres.PostgresCluster() as cluster:
+    settings = cs.server_settings(parser, args.pg_setting)
+    with postgres.PostgresCluster(settings=settings) as cluster:
         dsn = cluster.create_database("first_run")
         lines, _, _, per_sub = cs.run(dsn, args.subscriptions, args.subscriptions * 100)
         first = per_sub * args.subscriptions / 1000
