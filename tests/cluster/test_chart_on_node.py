@@ -34,6 +34,7 @@ STARTER_RESOURCES = {
     "requests": {"cpu": "100m", "memory": "96Mi"},
     "limits": {"cpu": "1", "memory": "320Mi"},
 }
+PG_SETTINGS = {"shared_buffers": "64MB"}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,8 @@ def values(images: dict[str, realnode.Image]) -> dict[str, Any]:
         release.image_values(images),
         {
             "certManager": {"enabled": False},
-            "mdoDependencies": {"enabled": True},
+            # A setting unlike the server's default, to see it reach the server.
+            "mdoDependencies": {"enabled": True, "postgres": {"settings": PG_SETTINGS}},
             "costJob": {
                 "enabled": True,
                 "interval": "1h",
@@ -95,6 +97,13 @@ def test_every_pod_of_the_release_runs_as_its_image_says(
         "import os; print(os.getuid())",
     ).stdout.strip()  # fmt: skip
     assert uid == "65532"
+
+
+def test_the_bundled_postgres_runs_with_the_settings_given(
+    node: realnode.RealNode, installed: str
+) -> None:
+    for name, value in PG_SETTINGS.items():
+        assert _chart.psql(node, f"SHOW {name}") == value, name
 
 
 def test_the_examples_apply_and_a_bad_offering_is_refused_by_the_webhook_service(

@@ -166,6 +166,32 @@ class TestRendering:
         credentials = _helm.find(objects, "Secret", "finops-operator-postgres-credentials")
         assert credentials["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
 
+    def test_postgres_settings_become_server_options_in_name_order(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        def container(settings: dict[str, Any] | None) -> dict[str, Any]:
+            values = _values(NAMESPACE)
+            if settings is not None:
+                values["mdoDependencies"]["postgres"]["settings"] = settings
+            objects = _helm.template("finops-operator", NAMESPACE, values, tmp_path)
+            sts = _helm.find(objects, "StatefulSet", "finops-operator-postgres")
+            [found] = sts["spec"]["template"]["spec"]["containers"]
+            return dict(found)
+
+        assert "args" not in container(None), "the image's defaults unless settings are given"
+        given = {
+            "shared_buffers": "1GB",
+            "max_connections": 300,
+            "auto_explain.log_min_duration": "1s",
+        }
+        assert container(given)["args"] == [
+            "-c", "auto_explain.log_min_duration=1s",
+            "-c", "max_connections=300",
+            "-c", "shared_buffers=1GB",
+        ]  # fmt: skip
+        with pytest.raises(_helm.RenderError, match='"shared buffers" is not a PostgreSQL setting'):
+            container({"shared buffers": "1GB"})
+
     def test_opencost_is_the_deployment_the_manager_restarts_and_reads_prometheus(
         self, tmp_path: pathlib.Path
     ) -> None:
