@@ -727,6 +727,44 @@ def test_a_run_without_the_database_leaves_ledger_costs_of_its_hour_and_replaces
     assert {b["name"] for b in later["status"]["costs"][2]["breakdown"]} == {"subscription"}
 
 
+def test_a_run_of_an_older_hour_leaves_the_costs_a_later_run_summed(
+    kube: controlplane.ControlPlane,
+    kube_namespace: str,
+    book: dict[str, Any],
+    costjob: dict[str, Any],
+    ledger_dsn: str,
+    opencost_captures: replay.ReplayServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Job of an older hour that finishes after the next hour's run (retried, or slow) sums
+    the ledger too, but its costs are older: they do not go back over the newer ones."""
+    caplog.set_level(logging.INFO, logger="finops.jobs.charges")
+    ns = kube_namespace
+    plan = PLANS["mixed"]
+    offering(kube, ns, "mixed", pricing_of(plan))
+    subscription(kube, ns, "mixed", "mixed", plan["act"], sources=plan["sources"])
+    for hour in range(4):
+        allocation_run(kube, costjob, ledger_dsn, opencost_captures.url, at(hour))
+    assert charge_run(kube, ns, ledger_dsn, at(3)) == 0
+    newer = get_sub(kube, ns, "mixed")
+    assert newer is not None and costs_resolved(newer)["reason"] == "FromDB"
+    assert newer["status"]["costs"][0]["start"] == rfc(at(3))
+
+    assert charge_run(kube, ns, ledger_dsn, at(2)) == 0
+    after = get_sub(kube, ns, "mixed")
+    assert after is not None
+    assert after["status"] == newer["status"]
+    assert after["metadata"]["resourceVersion"] == newer["metadata"]["resourceVersion"]
+    kept = "1 subscription(s) keep the costs a run of a later hour than 2026-10-31T02:00:00Z"
+    assert any(r.getMessage().startswith(kept) for r in caplog.records)
+
+    allocation_run(kube, costjob, ledger_dsn, opencost_captures.url, at(4))
+    assert charge_run(kube, ns, ledger_dsn, at(4)) == 0
+    later = get_sub(kube, ns, "mixed")
+    assert later is not None and costs_resolved(later)["reason"] == "FromDB"
+    assert later["status"]["costs"][0]["start"] == rfc(at(4))
+
+
 def test_a_deleted_subscription_that_never_activated_is_released_without_charges(
     kube: controlplane.ControlPlane,
     kube_namespace: str,

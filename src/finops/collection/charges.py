@@ -234,19 +234,16 @@ def costs(
     return buckets.to_status(built), reasons.CostsReason.FROM_DB
 
 
-def holds_ledger_costs(status: Mapping[str, object], scheduled: dt.datetime) -> bool:
-    """Whether `status` already shows costs summed from the ledger (`CostsResolved=True`,
-    `FromDB`) for the hour of `scheduled` or a later one.
-
-    Why: two runs of one hour can race, and the one whose ledger pass failed writes fee-only
-    buckets. Written over the other run's, they would hide usage the ledger holds; the failed
-    run leaves such costs as they are (it still fails, and says why in its record)."""
+def ledger_costs_hour(status: Mapping[str, object]) -> dt.datetime | None:
+    """The hour whose run wrote the costs `status` shows, when they were summed from the
+    ledger (`CostsResolved=True`, `FromDB`): the start of the hour bucket. None otherwise, or
+    when that start cannot be read."""
     found = conditions.in_status(status, reasons.ConditionType.COSTS_RESOLVED)
     if found is None or (found.get("status"), found.get("reason")) != (
         "True",
         reasons.CostsReason.FROM_DB.value,
     ):
-        return False
+        return None
     costs = status.get("costs")
     for bucket in costs if isinstance(costs, list) else ():
         if (
@@ -254,11 +251,32 @@ def holds_ledger_costs(status: Mapping[str, object], scheduled: dt.datetime) -> 
             and bucket.get("granularity") == models.Granularity.HOUR.value
         ):
             try:
-                start = views.parse_time(bucket.get("start"))
+                return views.parse_time(bucket.get("start"))
             except views.TimestampError:
-                return False
-            return start is not None and start >= ticks.floor_hour(scheduled)
-    return False
+                return None
+    return None
+
+
+def holds_ledger_costs(status: Mapping[str, object], scheduled: dt.datetime) -> bool:
+    """Whether `status` already shows costs summed from the ledger for the hour of
+    `scheduled` or a later one.
+
+    Why: two runs of one hour can race, and the one whose ledger pass failed writes fee-only
+    buckets. Written over the other run's, they would hide usage the ledger holds; the failed
+    run leaves such costs as they are (it still fails, and says why in its record)."""
+    hour = ledger_costs_hour(status)
+    return hour is not None and hour >= ticks.floor_hour(scheduled)
+
+
+def holds_later_ledger_costs(status: Mapping[str, object], scheduled: dt.datetime) -> bool:
+    """Whether `status` already shows costs summed from the ledger for an hour after that of
+    `scheduled`.
+
+    Why: a run of an older hour (a Job retried, or one that ran long) can finish after the
+    next hour's run; its costs, summed from the ledger too, are older and would replace newer
+    ones until the next run. A run of the same hour still writes: it read the ledger later."""
+    hour = ledger_costs_hour(status)
+    return hour is not None and hour > ticks.floor_hour(scheduled)
 
 
 # ---------------------------------------------------------------- the finalizer

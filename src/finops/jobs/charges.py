@@ -260,20 +260,25 @@ def _costs_changes(
     now: dt.datetime,
     scheduled: dt.datetime,
 ) -> list[status.Change]:
-    """Fresh buckets and `CostsResolved` (nothing is written when both are as they were).
-    Fee-only buckets never replace costs a run of this hour or a later one summed from the
-    ledger (`charges.holds_ledger_costs`)."""
+    """Fresh buckets and `CostsResolved` (nothing is written when both are as they were),
+    unless the object keeps costs it must not lose (`_keeps`)."""
     resolved = conditions.DecidedCondition(
         reasons.ConditionType.COSTS_RESOLVED, "True", reason.value, charges.COSTS_MESSAGES[reason]
     )
     changes = [status.set_fields({"costs": costs}), status.set_condition(resolved, now)]
+    return [status.unless(lambda obj: _keeps(status.status_of(obj), reason, scheduled), changes)]
+
+
+def _keeps(
+    current: Mapping[str, object], reason: reasons.CostsReason, scheduled: dt.datetime
+) -> bool:
+    """Whether a Subscription keeps the costs it shows instead of this run's: costs summed
+    from the ledger are never replaced by fee-only buckets of this hour or an earlier one
+    (`charges.holds_ledger_costs`), nor by ledger sums of an earlier hour
+    (`charges.holds_later_ledger_costs`)."""
     if reason is reasons.CostsReason.FROM_DB:
-        return changes
-    return [
-        status.unless(
-            lambda obj: charges.holds_ledger_costs(status.status_of(obj), scheduled), changes
-        )
-    ]
+        return charges.holds_later_ledger_costs(current, scheduled)
+    return charges.holds_ledger_costs(current, scheduled)
 
 
 @dataclasses.dataclass
@@ -472,12 +477,24 @@ async def _write_costs(
         elif outcome.written and outcome.obj is not None:
             latest[state.uid] = outcome.obj
             run.report.statuses_written += 1
-        elif result is None and outcome.obj is not None:
-            kept += charges.holds_ledger_costs(status.status_of(outcome.obj), run.scheduled)
-    if kept:
+        elif outcome.obj is not None:
+            wrote = (
+                reasons.CostsReason.FROM_CALCULATOR
+                if result is None
+                else reasons.CostsReason.FROM_DB
+            )
+            kept += _keeps(status.status_of(outcome.obj), wrote, run.scheduled)
+    if kept and result is None:
         log.info(
             "%d subscription(s) keep the costs a run of %s or later summed from the ledger; "
             "fee-only costs are not written over them",
+            kept,
+            plan.rfc3339(run.scheduled),
+        )
+    elif kept:
+        log.info(
+            "%d subscription(s) keep the costs a run of a later hour than %s summed from the "
+            "ledger; this run's older costs are not written over them",
             kept,
             plan.rfc3339(run.scheduled),
         )

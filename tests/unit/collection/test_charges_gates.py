@@ -207,3 +207,19 @@ class TestLedgerCostsKept:
         assert not charges.holds_ledger_costs({**ledger, "conditions": None}, at(1, 13))
         bad = [{**ledger["costs"][0], "start": "13:00"}, *ledger["costs"][1:]]
         assert not charges.holds_ledger_costs({**ledger, "costs": bad}, at(1, 13))
+
+    def test_ledger_costs_of_a_later_hour_are_kept_from_an_older_runs_ledger_costs(
+        self,
+    ) -> None:
+        """A run of an older hour that finishes after the next hour's run (a retried Job)
+        leaves that run's costs; a run of the same hour writes (it read the ledger later)."""
+        ledger = self.written(at(1, 13), reasons.CostsReason.FROM_DB)
+        assert charges.ledger_costs_hour(ledger) == at(1, 13)
+        assert charges.holds_later_ledger_costs(ledger, at(1, 12))
+        assert charges.holds_later_ledger_costs(ledger, at(1, 12, 59))
+        assert not charges.holds_later_ledger_costs(ledger, at(1, 13))
+        assert not charges.holds_later_ledger_costs(ledger, at(1, 13, 40))
+        assert not charges.holds_later_ledger_costs(ledger, at(1, 14))
+        calculator = self.written(at(1, 13), reasons.CostsReason.FROM_CALCULATOR)
+        assert charges.ledger_costs_hour(calculator) is None
+        assert not charges.holds_later_ledger_costs(calculator, at(1, 12))
