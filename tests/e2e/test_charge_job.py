@@ -688,6 +688,26 @@ def test_with_the_database_down_costs_come_from_the_fee_calculator(
     ] * 3
 
 
+def _charged_from_the_ledger(
+    kube: controlplane.ControlPlane,
+    ns: str,
+    costjob: dict[str, Any],
+    ledger_dsn: str,
+    opencost_captures: replay.ReplayServer,
+) -> dict[str, Any]:
+    """The "mixed" Subscription, its allocations of hours 0-3 collected and the run of hour
+    3 done: the Subscription as that run left it (costs summed from the ledger)."""
+    plan = PLANS["mixed"]
+    offering(kube, ns, "mixed", pricing_of(plan))
+    subscription(kube, ns, "mixed", "mixed", plan["act"], sources=plan["sources"])
+    for hour in range(4):
+        allocation_run(kube, costjob, ledger_dsn, opencost_captures.url, at(hour))
+    assert charge_run(kube, ns, ledger_dsn, at(3)) == 0
+    charged = get_sub(kube, ns, "mixed")
+    assert charged is not None and costs_resolved(charged)["reason"] == "FromDB"
+    return charged
+
+
 def test_a_run_without_the_database_leaves_ledger_costs_of_its_hour_and_replaces_older_ones(
     kube: controlplane.ControlPlane,
     kube_namespace: str,
@@ -700,15 +720,8 @@ def test_a_run_without_the_database_leaves_ledger_costs_of_its_hour_and_replaces
     """Two runs of one hour can race; the one that cannot use the ledger must not write its
     fee-only buckets over the costs the other summed from the ledger. It still fails."""
     caplog.set_level(logging.INFO, logger="finops.jobs.charges")
-    ns = kube_namespace
-    plan = PLANS["mixed"]
-    offering(kube, ns, "mixed", pricing_of(plan))
-    subscription(kube, ns, "mixed", "mixed", plan["act"], sources=plan["sources"])
-    for hour in range(4):
-        allocation_run(kube, costjob, ledger_dsn, opencost_captures.url, at(hour))
-    assert charge_run(kube, ns, ledger_dsn, at(3)) == 0
-    charged = get_sub(kube, ns, "mixed")
-    assert charged is not None and costs_resolved(charged)["reason"] == "FromDB"
+    ns, plan = kube_namespace, PLANS["mixed"]
+    charged = _charged_from_the_ledger(kube, ns, costjob, ledger_dsn, opencost_captures)
     month = charged["status"]["costs"][2]
     assert {b["name"] for b in month["breakdown"]} == {"subscription", *plan["usage"]}
 
@@ -740,14 +753,7 @@ def test_a_run_of_an_older_hour_leaves_the_costs_a_later_run_summed(
     the ledger too, but its costs are older: they do not go back over the newer ones."""
     caplog.set_level(logging.INFO, logger="finops.jobs.charges")
     ns = kube_namespace
-    plan = PLANS["mixed"]
-    offering(kube, ns, "mixed", pricing_of(plan))
-    subscription(kube, ns, "mixed", "mixed", plan["act"], sources=plan["sources"])
-    for hour in range(4):
-        allocation_run(kube, costjob, ledger_dsn, opencost_captures.url, at(hour))
-    assert charge_run(kube, ns, ledger_dsn, at(3)) == 0
-    newer = get_sub(kube, ns, "mixed")
-    assert newer is not None and costs_resolved(newer)["reason"] == "FromDB"
+    newer = _charged_from_the_ledger(kube, ns, costjob, ledger_dsn, opencost_captures)
     assert newer["status"]["costs"][0]["start"] == rfc(at(3))
 
     assert charge_run(kube, ns, ledger_dsn, at(2)) == 0
