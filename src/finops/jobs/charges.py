@@ -468,6 +468,8 @@ async def _write_costs(
         )
         writes.append((state, write))
     outcomes = await _bounded_gather([w for _, w in writes], KUBE_CONCURRENCY)
+    # What this run wrote (`charges.costs`: from the ledger whenever its pass succeeded).
+    wrote = reasons.CostsReason.FROM_CALCULATOR if result is None else reasons.CostsReason.FROM_DB
     kept = 0
     for (state, _), outcome in zip(writes, outcomes, strict=True):
         if isinstance(outcome, ApiError) and outcome.status.code == 404:
@@ -478,11 +480,6 @@ async def _write_costs(
             latest[state.uid] = outcome.obj
             run.report.statuses_written += 1
         elif outcome.obj is not None:
-            wrote = (
-                reasons.CostsReason.FROM_CALCULATOR
-                if result is None
-                else reasons.CostsReason.FROM_DB
-            )
             kept += _keeps(status.status_of(outcome.obj), wrote, run.scheduled)
     if kept and result is None:
         log.info(

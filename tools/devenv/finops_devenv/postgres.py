@@ -127,7 +127,7 @@ class PostgresCluster:
         the CIDR in as `PASSWORD_ROLE` with its password (how pods reach a database that
         runs outside their cluster); loopback only by default. `settings`: server settings
         added to (or replacing) the defaults, e.g. `{"shared_buffers": "1GB"}` for a benchmark
-        that measures the ledger on a server sized like a production one."""
+        that measures the ledger on a server configured otherwise."""
         self.bin_dir = bin_dir or find_bin_dir()
         self.remote = remote
         self.settings = dict(settings or {})
