@@ -13,11 +13,53 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeAlias
 
 from finops.api import bodies, models
 from finops.billing import money, ticks
+
+Service: TypeAlias = tuple[dt.datetime, dt.datetime]
+HourSpan: TypeAlias = tuple[dt.datetime, int, int, Service | None]
+"""(hour, ticks closed, micros, service the ticks pay for) of one fee row."""
+HourRun: TypeAlias = tuple[dt.datetime, int, int, int, Service | None]
+"""(first hour, hours, ticks closed in each, micros of each, service of the first): `hours`
+consecutive fee rows alike but for time, each row's hour and service one hour after the last's."""
+
+
+def shifted(span: Service | None, hours: int) -> Service | None:
+    """A run's service `hours` rows on (None stays None: a row that closes no tick)."""
+    if span is None:
+        return None
+    step = ticks.HOUR * hours
+    return span[0] + step, span[1] + step
+
+
+def fold(runs: Iterable[HourRun]) -> list[HourRun]:
+    """Adjacent runs that continue one another joined into one (the longest runs)."""
+    out: list[HourRun] = []
+    for run in runs:
+        if out:
+            hour, hours, closed, micros, span = out[-1]
+            if (
+                run[2] == closed
+                and run[3] == micros
+                and run[0] == hour + ticks.HOUR * hours
+                and run[4] == shifted(span, hours)
+            ):
+                out[-1] = (hour, hours + run[1], closed, micros, span)
+                continue
+        out.append(run)
+    return out
+
+
+def expand(runs: Iterable[HourRun]) -> list[HourSpan]:
+    """The fee rows a list of runs stands for, one per hour (what the ledger stores)."""
+    return [
+        (hour + ticks.HOUR * k, closed, micros, shifted(span, k))
+        for hour, hours, closed, micros, span in runs
+        for k in range(hours)
+    ]
 
 
 class FeeSpecError(ValueError):
@@ -186,9 +228,7 @@ class FeeSchedule:
         start = self.clock.activated_at if before == 0 else self.clock.boundary(before)
         return start, self.clock.boundary(after)
 
-    def hourly_spans(
-        self, start: dt.datetime, end: dt.datetime
-    ) -> list[tuple[dt.datetime, int, int, tuple[dt.datetime, dt.datetime] | None]]:
+    def hourly_spans(self, start: dt.datetime, end: dt.datetime) -> list[HourSpan]:
         """`(hour, ticks closed, micros, service)` for every whole hour in `[start, end)`:
         `hourly` with the boundaries each hour closes and the service they pay for (`covered`),
         so a statement names the period a fee is for, not the hour that closed it.
@@ -213,7 +253,7 @@ class FeeSchedule:
             self.spec.price_micros,
             self.clock.activated_at,
         )
-        rows: list[tuple[dt.datetime, int, int, tuple[dt.datetime, dt.datetime] | None]] = []
+        rows: list[HourSpan] = []
         n_before = counts[0]
         accrued = 0 if n_before == 0 else opening + (n_before - 1) * price
         for hour, n_after in zip(edges[:-1], counts[1:], strict=True):
@@ -225,6 +265,38 @@ class FeeSchedule:
             rows.append((hour, n_after - n_before, after - accrued, (opened, at[n_after])))
             n_before, accrued = n_after, after
         return rows
+
+    def hourly_runs(self, start: dt.datetime, end: dt.datetime) -> list[HourRun]:
+        """`hourly_spans` of `[start, end)` as runs (`expand` gives the rows back).
+
+        A charge run writes a fee row for every Subscription-hour; most clocks close the same
+        ticks every hour (`TickClock.ticks_per_hour`), so from the hour after the first
+        boundary to the hour of the deactivation the rows are one run, worked out from its
+        first hour alone, and a day's window costs what an hour's does. The hours around that
+        run, and every hour of the other clocks, are computed by `hourly_spans` and folded.
+        """
+        first, last = ticks.utc(start), ticks.utc(end)
+        q = self.clock.ticks_per_hour()
+        if q is None:
+            return fold((h, 1, n, m, s) for h, n, m, s in self.hourly_spans(first, last))
+        b1 = self.clock.first_boundary()
+        lo = ticks.floor_hour(b1)
+        lo = max(first, lo if lo == b1 else lo + ticks.HOUR)
+        # Up to the hour holding the snapped end: every hour before it closes q ticks.
+        hi = last if self.end is None else min(last, ticks.floor_hour(self.end))
+        if lo >= hi:
+            return fold((h, 1, n, m, s) for h, n, m, s in self.hourly_spans(first, last))
+        n = self.clock.count(lo)  # >= 1: lo is at or after the first boundary
+        at = self.clock.boundaries([n, n + q])
+        middle = (lo, (hi - lo) // ticks.HOUR, q, q * self.spec.price_micros, (at[0], at[1]))
+        if first == lo and hi == last:
+            return [middle]  # the usual hourly run: no opening or closing hour in the window
+        head = self.hourly_spans(first, lo) if first < lo else []
+        tail = self.hourly_spans(hi, last) if hi < last else []
+        return fold(
+            [*((h, 1, n, m, s) for h, n, m, s in head), middle]
+            + [(h, 1, n, m, s) for h, n, m, s in tail]
+        )
 
     def min_periods_elapsed(self, now: dt.datetime) -> bool:
         """The `minPeriods` finalizer guard: enough boundaries since activation, by `now`.

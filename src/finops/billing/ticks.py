@@ -207,6 +207,17 @@ class TickClock:
         start, amount = month_index(a), self.amount
         return [month_start(start + n * amount) for n in ns]
 
+    def ticks_per_hour(self) -> int | None:
+        """`q` when, from the first boundary on, every whole hour closes exactly `q` boundaries
+        and names boundaries one hour later than the hour before (`ActivatedAt` with a period
+        that divides an hour, `HourBoundary` of 1); None for any other clock. A run's fee rows
+        of such a clock are one arithmetic run, not one computation per hour."""
+        if self.alignment is models.TickAlignment.ACTIVATED_AT and 3600 % self.amount == 0:
+            return 3600 // self.amount
+        if self.alignment is models.TickAlignment.HOUR_BOUNDARY and self.amount == 1:
+            return 1
+        return None
+
     def first_boundary(self) -> dt.datetime:
         """The boundary that closes the opening tick."""
         return self.boundary(1)

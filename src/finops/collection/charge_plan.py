@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeAlias
 
 from finops.api import bodies
-from finops.billing import ticks
+from finops.billing import fees, ticks
 from finops.collection import charges
 
 Window: TypeAlias = tuple[dt.datetime, dt.datetime]
@@ -181,11 +181,24 @@ SourceRow: TypeAlias = tuple[str, str, str, str]
 """(uid, namespace, resourceType, name) of each usage source of a usage-billing Subscription."""
 MeterRow: TypeAlias = tuple[str, str, int | None, int | None]
 """(uid, meter, factorMilli, absoluteMicros) of each priced usage meter."""
-FeeRow: TypeAlias = tuple[
-    str, dt.datetime, int, int, int, str, bool, int, int, dt.datetime | None, dt.datetime | None
+FeeRun: TypeAlias = tuple[
+    str,
+    dt.datetime,
+    int,
+    int,
+    int,
+    int,
+    str,
+    bool,
+    int,
+    int,
+    dt.datetime | None,
+    dt.datetime | None,
 ]
-"""(uid, hour, ticks closed, unit price, amount, currency, finalized, offering version id,
-subscription version id, start and end of the service the ticks pay for) of each fee row."""
+"""(uid, first hour, hours, ticks closed, unit price, amount, currency, finalized, offering
+version id, subscription version id, start and end of the service the first hour's ticks pay
+for) of `hours` consecutive fee rows, each one hour (hour and service) after the last
+(`fees.HourRun`); all final or all open."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,18 +209,24 @@ class Tables:
     subscriptions: Sequence[SubRow]
     sources: Sequence[SourceRow]
     meters: Sequence[MeterRow]
-    fees: Sequence[FeeRow]
+    fees: Sequence[FeeRun]
     usage: UsageWindows
     fee_currency: str
+
+    @property
+    def fee_rows(self) -> int:
+        """How many fee rows the runs stand for."""
+        return sum(run[2] for run in self.fees)
 
 
 _NO_SPAN = (None, None)
 """The service columns of a fee row whose hour closes no tick."""
 
 
-def fee_rows(b: Billed, window: Window, scheduled: dt.datetime, inputs: Inputs) -> list[FeeRow]:
-    """One Subscription's fee rows as plain tuples: one per hour of the window, zero hours
-    included (the quantity is the ticks the hour closes; hours before `scheduled` are final)."""
+def fee_runs(b: Billed, window: Window, scheduled: dt.datetime, inputs: Inputs) -> list[FeeRun]:
+    """One Subscription's fee rows as runs of plain tuples: a row for every hour of the
+    window, zero hours included (the quantity is the ticks the hour closes), runs split where
+    the rows turn open (hours before `scheduled` are final)."""
     fee = b.terms.fee
     if fee is None:
         return []
@@ -215,10 +234,14 @@ def fee_rows(b: Billed, window: Window, scheduled: dt.datetime, inputs: Inputs) 
     ov, sv = inputs.versions.offering[uid], inputs.versions.subscription[uid]
     price = fee.spec.price_micros
     anchor = ticks.floor_hour(scheduled)
-    return [
-        (uid, hour, closed, price, amount, currency, hour < anchor, ov, sv, *(span or _NO_SPAN))
-        for hour, closed, amount, span in fee.hourly_spans(*window)
-    ]
+    out: list[FeeRun] = []
+    for hour, hours, closed, amount, span in fee.hourly_runs(*window):
+        final = 0 if hour >= anchor else min(hours, (anchor - hour) // ticks.HOUR)
+        for skip, n, done in ((0, final, True), (final, hours - final, False)):
+            if n:
+                first, service = hour + ticks.HOUR * skip, fees.shifted(span, skip) or _NO_SPAN
+                out.append((uid, first, n, closed, price, amount, currency, done, ov, sv, *service))
+    return out
 
 
 def tables(billed: Iterable[Billed], inputs: Inputs, scheduled: dt.datetime) -> Tables:
@@ -228,7 +251,7 @@ def tables(billed: Iterable[Billed], inputs: Inputs, scheduled: dt.datetime) -> 
     subs: list[SubRow] = []
     srcs: list[SourceRow] = []
     meters: list[MeterRow] = []
-    fees: list[FeeRow] = []
+    runs: list[FeeRun] = []
     for b in items:
         uid, window = b.sub.uid, inputs.windows.get(b.sub.uid)
         if window is None:
@@ -236,7 +259,7 @@ def tables(billed: Iterable[Billed], inputs: Inputs, scheduled: dt.datetime) -> 
         interval = b.terms.interval
         ov, sv = inputs.versions.offering[uid], inputs.versions.subscription[uid]
         subs.append((uid, *window, interval.activated_at, interval.deactivated_at, ov, sv))
-        fees.extend(fee_rows(b, window, scheduled, inputs))
+        runs.extend(fee_runs(b, window, scheduled, inputs))
         if not b.terms.bills_usage:
             continue
         srcs.extend((uid, s.namespace, s.resource_type, s.name) for s in b.terms.sources)
@@ -245,5 +268,5 @@ def tables(billed: Iterable[Billed], inputs: Inputs, scheduled: dt.datetime) -> 
             for m in b.terms.pricing.meters
         )
     return Tables(
-        subs, srcs, meters, fees, usage_windows(items, inputs.windows), inputs.fee_currency
+        subs, srcs, meters, runs, usage_windows(items, inputs.windows), inputs.fee_currency
     )

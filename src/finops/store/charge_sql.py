@@ -28,7 +28,6 @@ import datetime as dt
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from finops.billing import usage
 from finops.collection import charge_plan
@@ -68,7 +67,12 @@ _TEMP = """
     CREATE TEMP TABLE charge_hour_currency (
         hour timestamptz, currency text, pricebook_id bigint) ON COMMIT DROP;
     CREATE TEMP TABLE charge_stage (LIKE subscription_charges) ON COMMIT DROP;
-    CREATE TEMP TABLE charge_fresh_fees (LIKE subscription_charges) ON COMMIT DROP;
+    CREATE TEMP TABLE charge_fee_runs (
+        subscription_uid text, hour timestamptz, hours int, quantity numeric,
+        unit_price_micros bigint, amount_micros bigint, currency text, finalized boolean,
+        offering_version_id bigint, subscription_version_id bigint,
+        covers_start timestamptz, covers_end timestamptz, fresh boolean
+    ) ON COMMIT DROP;
 """
 
 _SUB_TYPES = ["text", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "int8", "int8"]
@@ -138,39 +142,60 @@ _FRESH = """
 """
 
 
-# The fee rows are copied as the plan made them (`charge_plan.FeeRow`); the cluster and the
-# source, the same in every row, come from the temporary tables' defaults (`_FEE_DEFAULTS`)
-# instead of being added to each of tens of thousands of rows in Python and sent with it.
-_FEE_COLUMNS = (
-    "subscription_uid, hour, quantity, unit_price_micros, amount_micros, currency, finalized,"
-    " offering_version_id, subscription_version_id, covers_start, covers_end"
+# The fee rows are copied as the plan made them, in runs (`charge_plan.FeeRun`): an hourly fee
+# over a day is one row to send, not 24. The database expands each run into its rows (hour and
+# service one hour further each); the cluster and the source, the same in every row, are added
+# there too.
+_FEE_RUN_COLUMNS = (
+    "subscription_uid, hour, hours, quantity, unit_price_micros, amount_micros, currency,"
+    " finalized, offering_version_id, subscription_version_id, covers_start, covers_end, fresh"
 )
-_FEE_TYPES = [
-    dict(zip(charges.COLUMNS, _STAGE_TYPES, strict=True))[c] for c in _FEE_COLUMNS.split(", ")
+_FEE_RUN_TYPES = [
+    "text",
+    "timestamptz",
+    "int4",
+    "numeric",
+    "int8",
+    "int8",
+    "text",
+    "bool",
+    "int8",
+    "int8",
+    "timestamptz",
+    "timestamptz",
+    "bool",
 ]
-_FEE_DEFAULTS = """
-    ALTER TABLE {table} ALTER cluster SET DEFAULT {cluster},
-        ALTER source SET DEFAULT 'subscription'
+_FEE_ROWS = """
+    SELECT %(cluster)s::text, r.subscription_uid, r.hour + k.k * interval '1 hour',
+           'subscription'::text, r.quantity, r.unit_price_micros, r.amount_micros, r.currency,
+           r.finalized, r.offering_version_id, r.subscription_version_id, NULL::bigint,
+           r.covers_start + k.k * interval '1 hour', r.covers_end + k.k * interval '1 hour'
+    FROM charge_fee_runs r CROSS JOIN LATERAL generate_series(0, r.hours - 1) k(k)
+    WHERE r.fresh = {fresh}
+"""
+"""The fee rows of the fresh Subscriptions' runs (`fresh` true) or of the others', in the
+ledger's column order (`charges.COLUMNS`; a fee row has no PriceBook)."""
+_STAGE_FEES = f"""
+    INSERT INTO charge_stage ({_STAGE_COLUMNS}) {_FEE_ROWS.format(fresh="false")}
 """
 
 
 def _copy_fees(
     conn: psycopg.Connection[Any], cluster: str, tables: charge_plan.Tables, touched: set[str]
 ) -> int:
-    """The fee rows by binary COPY: those of fresh Subscriptions to `charge_fresh_fees` (they
-    reach the ledger with the usage rows, in one ordered INSERT), the others to the staging
-    table for the merge. Returns how many are fresh."""
-    rows = tables.fees
-    staged = [r for r in rows if r[0] in touched]
-    fresh = [r for r in rows if r[0] not in touched] if touched else rows
-    for table, part in (("charge_stage", staged), ("charge_fresh_fees", fresh)):
-        if part:
-            defaults = sql.SQL(_FEE_DEFAULTS).format(
-                table=sql.Identifier(table), cluster=sql.Literal(cluster)
-            )
-            conn.execute(defaults)
-            _copy(conn, table, _FEE_COLUMNS, _FEE_TYPES, part)
-    return len(fresh)
+    """The fee runs by binary COPY, each marked fresh unless its Subscription is `touched`;
+    the others' rows are expanded into the staging table for the merge, the fresh ones reach
+    the ledger with the usage rows, in one ordered INSERT. Returns how many rows are fresh."""
+    _copy(
+        conn,
+        "charge_fee_runs",
+        _FEE_RUN_COLUMNS,
+        _FEE_RUN_TYPES,
+        ((*run, run[0] not in touched) for run in tables.fees),
+    )
+    if touched:
+        conn.execute(_STAGE_FEES.encode(), {"cluster": cluster})
+    return sum(run[2] for run in tables.fees if run[0] not in touched)
 
 
 # The finest aggregation of each hour of the usage windows (most dimensions, then by name).
@@ -451,12 +476,12 @@ _USAGE = f"""
 # at 10k Subscriptions the ledger's indexes then outgrew the server's shared buffers.
 _FRESH_ROWS = f"""
     INSERT INTO subscription_charges ({_STAGE_COLUMNS})
-    SELECT * FROM ({{usage}} UNION ALL SELECT {_STAGE_COLUMNS} FROM charge_fresh_fees) r
+    SELECT * FROM ({{usage}} UNION ALL {_FEE_ROWS.format(fresh="true")}) r
     ORDER BY 2, 3, 4
 """
 _FRESH_FEES = f"""
     INSERT INTO subscription_charges ({_STAGE_COLUMNS})
-    SELECT {_STAGE_COLUMNS} FROM charge_fresh_fees ORDER BY subscription_uid, hour
+    SELECT * FROM ({_FEE_ROWS.format(fresh="true")}) r ORDER BY 2, 3
 """
 
 
@@ -640,7 +665,7 @@ def write(
             usage_rows += conn.execute(statement, {**params, "fresh": False}).rowcount
         conn.execute(b"RESET enable_nestloop")
     elif fresh_fees:
-        written = conn.execute(_FRESH_FEES.encode()).rowcount
+        written = conn.execute(_FRESH_FEES.encode(), params).rowcount
     deleted = 0
     if touched:
         merged, deleted = _merge(conn, params)
@@ -661,7 +686,7 @@ def stage(
     if not tables.subscriptions:
         return 0
     params = _prepare(conn, cluster, tables, scheduled, None)
-    staged = len(tables.fees)
+    staged = tables.fee_rows
     _copy_fees(conn, cluster, tables, {uid for uid, *_ in tables.subscriptions})
     if tables.sources and tables.meters:
         _usage_inputs(conn, params)

@@ -319,6 +319,58 @@ def test_hourly_spans_are_the_hourly_fee_with_the_ticks_and_service_of_each_hour
     assert schedule.hourly_spans(start, end) == expected
 
 
+EVEN_SPECS = st.builds(
+    lambda price, terms: fees.FeeSpec(price, models.TickAlignment(terms[0]), terms[1]),
+    st.integers(1, 10**12),
+    st.one_of(
+        st.sampled_from([d for d in range(1, 3601) if 3600 % d == 0]).map(
+            lambda n: ("ActivatedAt", f"{n}s")
+        ),
+        st.sampled_from(["1h", "60m", "30m", "20m", "15m", "1m"]).map(lambda p: ("ActivatedAt", p)),
+        st.just(("HourBoundary", "1")),
+    ),
+)
+"""Clocks that close the same ticks every hour: the runs `hourly_runs` works out whole."""
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.one_of(EVEN_SPECS, SPECS), ACTIVATIONS, LIFETIMES, OFFSETS, st.integers(0, 80))
+def test_hourly_runs_stand_for_exactly_the_hourly_spans(
+    spec: fees.FeeSpec,
+    activated: dt.datetime,
+    life: dt.timedelta | None,
+    offset: dt.timedelta,
+    hours: int,
+) -> None:
+    """The fee rows a charge run writes, as runs: expanded they are `hourly_spans` row for
+    row, over windows before, across and after activation and the deactivation, and no two
+    neighbouring runs could have been one."""
+    schedule = schedule_of(spec, activated, life)
+    start = ticks.floor_hour(activated + offset - dt.timedelta(days=1))
+    end = start + hours * HOUR
+    runs = schedule.hourly_runs(start, end)
+    assert fees.expand(runs) == schedule.hourly_spans(start, end)
+    assert fees.fold(runs) == runs
+    assert all(n >= 1 for _, n, *_ in runs)
+
+
+@pytest.mark.parametrize(("alignment", "period"), [("ActivatedAt", "15m"), ("HourBoundary", "1")])
+def test_a_clock_even_by_the_hour_gives_a_few_runs_however_long_the_window(
+    alignment: str, period: str
+) -> None:
+    """An hourly fee over ten weeks is the opening hours, one run, and the closing hours: the
+    run's cost does not grow with the hours it covers."""
+    spec = fees.FeeSpec(1_000_000, models.TickAlignment(alignment), period)
+    activated = dt.datetime(2026, 1, 30, 21, 17, 5, tzinfo=dt.UTC)
+    schedule = spec.schedule(activated, activated + dt.timedelta(days=60, minutes=7))
+    start = dt.datetime(2026, 1, 30, 20, tzinfo=dt.UTC)
+    end = start + dt.timedelta(days=70)
+    runs = schedule.hourly_runs(start, end)
+    assert fees.expand(runs) == schedule.hourly_spans(start, end)
+    assert len(runs) <= 6
+    assert max(n for _, n, *_ in runs) >= 60 * 24 - 2
+
+
 @pytest.mark.parametrize(
     ("alignment", "period"),
     [("ActivatedAt", "90m"), ("ActivatedAt", "1h"), ("HourBoundary", "2"),

@@ -13,6 +13,7 @@ from finops.billing import allocation, usage
 from finops.collection import charge_plan, charges
 
 H = dt.timedelta(hours=1)
+MINUTE = dt.timedelta(minutes=1)
 CPU = {"pricing": {"resourcePricing": [{"name": "cpuHour"}]}}
 FEE = {
     "pricing": {
@@ -191,6 +192,33 @@ class TestRows:
             ("a", at(9), "subscription"),
             ("a", at(10), "subscription"),
         }
+
+
+class TestFeeRuns:
+    def test_runs_expand_to_a_row_per_hour_final_before_the_scheduled_hour(self) -> None:
+        """A day of an hourly fee is a few runs, split where the rows turn open; expanded,
+        they are the fee's rows hour by hour, each final exactly when before the run's hour."""
+        sub = billed("a", FEE, activated="2026-04-01T09:20:00Z")
+        window = (at(9), at(9, day=2))
+        runs = charge_plan.fee_runs(sub, window, at(15) + 20 * MINUTE, inputs({}, []))
+        rows = [
+            (uid, hour + k * H, n, price, amount, cur, final, ov, sv,
+             None if start is None else start + k * H, None if end is None else end + k * H)
+            for uid, hour, hours, n, price, amount, cur, final, ov, sv, start, end in runs
+            for k in range(hours)
+        ]  # fmt: skip
+        fee = sub.terms.fee
+        assert fee is not None
+        assert [(hour, n, amount, None if start is None else (start, end))
+                for _, hour, n, _, amount, _, _, _, _, start, end in rows
+        ] == fee.hourly_spans(*window)  # fmt: skip
+        assert [(hour, final) for _, hour, _, _, _, _, final, *_ in rows] == [
+            (hour, hour < at(15)) for hour, *_ in fee.hourly_spans(*window)
+        ]
+        assert {(uid, price, cur, ov, sv) for uid, _, _, price, _, cur, _, ov, sv, *_ in rows} == {
+            ("a", 2_000_000, "EUR", 11, 22)
+        }
+        assert len(runs) <= 4 and sum(r[2] for r in runs) == 24
 
 
 class TestVersions:
