@@ -1,4 +1,4 @@
-"""The set-based write of a charge run: usage summed in SQL, fee rows copied, one merge.
+"""The set-based write of a charge run: usage summed in SQL, fee runs expanded, one merge.
 
 Why: pricing every allocation row as a Python object made a run of 10k Subscriptions over 1M
 allocation rows 40× slower than one SQL aggregate over the same rows. Here the database sums
@@ -13,9 +13,9 @@ oracle) to the micro: a property test holds both to it.
 
 One unit of work (the caller's transaction), under an advisory lock that serialises the
 cluster's charge writes: the run's tables go to temporary tables by binary COPY
-(Subscriptions, their sources and margins, the fee rows). A Subscription the ledger holds no
-row for from the start of its window on (a first run, a backfill) is fresh: its fee and
-usage rows go into the ledger in one INSERT in key order, with no staging copy. The others'
+(Subscriptions, their sources and margins, the fee rows in runs). A Subscription the ledger
+holds no row for from the start of its window on (a first run, a backfill) is fresh: its fee
+and usage rows go into the ledger in one INSERT in key order, with no staging copy. The others'
 usage rows are staged next to their fee rows, their stale open rows are deleted, the staged
 rows the ledger already holds are merged by INSERT … ON CONFLICT and the rest by a plain
 INSERT (the lock keeps anything from inserting them in between).
