@@ -151,19 +151,9 @@ _FEE_RUN_COLUMNS = (
     " finalized, offering_version_id, subscription_version_id, covers_start, covers_end, fresh"
 )
 _FEE_RUN_TYPES = [
-    "text",
-    "timestamptz",
-    "int4",
-    "numeric",
-    "int8",
-    "int8",
-    "text",
-    "bool",
-    "int8",
-    "int8",
-    "timestamptz",
-    "timestamptz",
-    "bool",
+    {"hours": "int4", "fresh": "bool"}.get(c)
+    or dict(zip(charges.COLUMNS, _STAGE_TYPES, strict=True))[c]
+    for c in _FEE_RUN_COLUMNS.split(", ")
 ]
 _FEE_ROWS = """
     SELECT %(cluster)s::text, r.subscription_uid, r.hour + k.k * interval '1 hour',

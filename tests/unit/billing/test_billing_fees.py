@@ -297,6 +297,14 @@ def test_the_snap_never_charges_a_partial_final_tick(
     assert spec.schedule(activated, ended.end).end == ended.end
 
 
+def window(
+    activated: dt.datetime, offset: dt.timedelta, hours: int
+) -> tuple[dt.datetime, dt.datetime]:
+    """`hours` whole hours from `offset` after the hour a day before activation."""
+    start = ticks.floor_hour(activated + offset - dt.timedelta(days=1))
+    return start, start + hours * HOUR
+
+
 @settings(deadline=None)
 @given(SPECS, ACTIVATIONS, LIFETIMES, OFFSETS, st.integers(0, 60))
 def test_hourly_spans_are_the_hourly_fee_with_the_ticks_and_service_of_each_hour(
@@ -310,8 +318,7 @@ def test_hourly_spans_are_the_hourly_fee_with_the_ticks_and_service_of_each_hour
     `billed_ticks` and `covered` hour by hour, over windows before, across and after the
     deactivation."""
     schedule = schedule_of(spec, activated, life)
-    start = ticks.floor_hour(activated + offset - dt.timedelta(days=1))
-    end = start + hours * HOUR
+    start, end = window(activated, offset, hours)
     expected = []
     for hour, micros in schedule.hourly(start, end):
         before, after = schedule.billed_ticks(hour), schedule.billed_ticks(hour + HOUR)
@@ -333,21 +340,21 @@ EVEN_SPECS = st.builds(
 """Clocks that close the same ticks every hour: the runs `hourly_runs` works out whole."""
 
 
+LIVES = st.tuples(ACTIVATIONS, LIFETIMES, OFFSETS, st.integers(0, 80))
+"""(activation, lifetime, where the window starts after a day before activation, its hours)."""
+
+
 @settings(deadline=None, max_examples=300)
-@given(st.one_of(EVEN_SPECS, SPECS), ACTIVATIONS, LIFETIMES, OFFSETS, st.integers(0, 80))
+@given(st.one_of(EVEN_SPECS, SPECS), LIVES)
 def test_hourly_runs_stand_for_exactly_the_hourly_spans(
-    spec: fees.FeeSpec,
-    activated: dt.datetime,
-    life: dt.timedelta | None,
-    offset: dt.timedelta,
-    hours: int,
+    spec: fees.FeeSpec, life: tuple[dt.datetime, dt.timedelta | None, dt.timedelta, int]
 ) -> None:
     """The fee rows a charge run writes, as runs: expanded they are `hourly_spans` row for
     row, over windows before, across and after activation and the deactivation, and no two
     neighbouring runs could have been one."""
-    schedule = schedule_of(spec, activated, life)
-    start = ticks.floor_hour(activated + offset - dt.timedelta(days=1))
-    end = start + hours * HOUR
+    activated, lifetime, offset, hours = life
+    schedule = schedule_of(spec, activated, lifetime)
+    start, end = window(activated, offset, hours)
     runs = schedule.hourly_runs(start, end)
     assert fees.expand(runs) == schedule.hourly_spans(start, end)
     assert fees.fold(runs) == runs
