@@ -270,10 +270,11 @@ class FeeSchedule:
         """`hourly_spans` of `[start, end)` as runs (`expand` gives the rows back).
 
         A charge run writes a fee row for every Subscription-hour; most clocks close the same
-        ticks every hour (`TickClock.ticks_per_hour`), so from the hour after the first
-        boundary to the hour of the deactivation the rows are one run, worked out from its
-        first hour alone, and a day's window costs what an hour's does. The hours around that
-        run, and every hour of the other clocks, are computed by `hourly_spans` and folded.
+        ticks every hour (`TickClock.ticks_per_hour`), so from the first hour that starts at
+        or after the first boundary to the hour holding the deactivation the rows are one run,
+        worked out from its first hour alone, and a day's window costs what an hour's does.
+        The hours around that run, and every hour of the other clocks, are computed by
+        `hourly_spans` and folded.
         """
         first, last = ticks.utc(start), ticks.utc(end)
         q = self.clock.ticks_per_hour()
