@@ -238,13 +238,22 @@ FINGERPRINT = """
 differ between the floor's ledger and the run's)."""
 
 
+WRITE = "price and write the rows"
 PHASES = (
     (job, "_read", "read inputs (watermarks, versions, boundary)"),
+    (charge_plan, "tables", "plan the fee runs and usage terms"),
     (job, "_make_partitions", "month partitions"),
-    (job, "_write", "price and write the rows"),
+    (job, "_write", WRITE),
     (periods_job, "settle", "billing periods (close, recheck, terms)"),
     (job, "read_settled", "read back the buckets' sums"),
 )
+WRITE_STEPS = (
+    (charge_sql, "write", "the write's statements"),
+    (charge_sql, "_merge", "merge into the ledger"),
+)
+"""Timed inside "price and write the rows": the statements (of which the merge of rows the
+ledger holds or held: stale open rows deleted, existing keys found, upserts), and the rest of
+the phase, which is the commit that applies the sums."""
 
 
 @contextlib.contextmanager
@@ -253,7 +262,7 @@ def phase_clock() -> Iterator[dict[str, float]]:
     for the benchmark only, and restored after)."""
     spent: dict[str, float] = {}
     saved = []
-    for module, name, label in PHASES:
+    for module, name, label in (*PHASES, *WRITE_STEPS):
         original = getattr(module, name)
         saved.append((module, name, original))
 
@@ -274,8 +283,14 @@ def phase_clock() -> Iterator[dict[str, float]]:
 
 def phase_lines(title: str, total: float, spent: dict[str, float]) -> list[str]:
     shown = ", ".join(f"{label} {spent.get(label, 0.0):.2f} s" for _, _, label in PHASES)
-    rest = total - sum(spent.values())
-    return [f"  {title} by phase: {shown}, other {rest:.2f} s"]
+    rest = total - sum(spent.get(label, 0.0) for _, _, label in PHASES)
+    statements, merge = (spent.get(label, 0.0) for _, _, label in WRITE_STEPS)
+    commit = spent.get(WRITE, 0.0) - statements
+    return [
+        f"  {title} by phase: {shown}, other {rest:.2f} s",
+        f"    writing: usage priced and rows staged or inserted {statements - merge:.2f} s,"
+        f" merged into the ledger {merge:.2f} s, commit (the sums applied) {commit:.2f} s",
+    ]
 
 
 def floor(
