@@ -259,25 +259,38 @@ the phase, which is the commit that applies the sums."""
 @contextlib.contextmanager
 def phase_clock() -> Iterator[dict[str, float]]:
     """Seconds spent in each step of `job.charge` while the block runs (the steps are wrapped
-    for the benchmark only, and restored after)."""
+    for the benchmark only, and restored after). A phase is counted only where it is not
+    inside another (billing periods plan their corrections with `charge_plan.tables` too), and
+    the write's steps only inside the write phase, so the phases add up to the run."""
     spent: dict[str, float] = {}
     saved = []
-    for module, name, label in (*PHASES, *WRITE_STEPS):
+    inside: list[str] = []
+
+    def timed(original: Any, label: str, within: str | None) -> Any:
+        def timed_step(*args: Any, **kwargs: Any) -> Any:
+            if (inside[-1] if inside else None) != within:
+                return original(*args, **kwargs)
+            began = time.perf_counter()
+            inside.append(label)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                inside.pop()
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - began
+
+        return timed_step
+
+    statements = WRITE_STEPS[0][2]
+    steps: list[tuple[tuple[Any, str, str], str | None]] = [(step, None) for step in PHASES]
+    steps += [(WRITE_STEPS[0], WRITE), *((step, statements) for step in WRITE_STEPS[1:])]
+    for (module, name, label), within in steps:
         original = getattr(module, name)
         saved.append((module, name, original))
-
-        def timed_step(*args: Any, _f: Any = original, _l: str = label, **kwargs: Any) -> Any:
-            began = time.perf_counter()
-            try:
-                return _f(*args, **kwargs)
-            finally:
-                spent[_l] = spent.get(_l, 0.0) + time.perf_counter() - began
-
-        setattr(module, name, timed_step)
+        setattr(module, name, timed(original, label, within))
     try:
         yield spent
     finally:
-        for module, name, original in saved:
+        for module, name, original in reversed(saved):
             setattr(module, name, original)
 
 
