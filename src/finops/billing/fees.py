@@ -53,6 +53,11 @@ def fold(runs: Iterable[HourRun]) -> list[HourRun]:
     return out
 
 
+def runs_of(rows: Iterable[HourSpan]) -> list[HourRun]:
+    """Fee rows as the fewest runs that stand for them."""
+    return fold((hour, 1, closed, micros, span) for hour, closed, micros, span in rows)
+
+
 def expand(runs: Iterable[HourRun]) -> list[HourSpan]:
     """The fee rows a list of runs stands for, one per hour (what the ledger stores)."""
     return [
@@ -279,25 +284,22 @@ class FeeSchedule:
         first, last = ticks.utc(start), ticks.utc(end)
         q = self.clock.ticks_per_hour()
         if q is None:
-            return fold((h, 1, n, m, s) for h, n, m, s in self.hourly_spans(first, last))
+            return runs_of(self.hourly_spans(first, last))
         b1 = self.clock.first_boundary()
         lo = ticks.floor_hour(b1)
         lo = max(first, lo if lo == b1 else lo + ticks.HOUR)
         # Up to the hour holding the snapped end: every hour before it closes q ticks.
         hi = last if self.end is None else min(last, ticks.floor_hour(self.end))
         if lo >= hi:
-            return fold((h, 1, n, m, s) for h, n, m, s in self.hourly_spans(first, last))
+            return runs_of(self.hourly_spans(first, last))
         n = self.clock.count(lo)  # >= 1: lo is at or after the first boundary
         at = self.clock.boundaries([n, n + q])
         middle = (lo, (hi - lo) // ticks.HOUR, q, q * self.spec.price_micros, (at[0], at[1]))
         if first == lo and hi == last:
             return [middle]  # the usual hourly run: no opening or closing hour in the window
-        head = self.hourly_spans(first, lo) if first < lo else []
-        tail = self.hourly_spans(hi, last) if hi < last else []
-        return fold(
-            [*((h, 1, n, m, s) for h, n, m, s in head), middle]
-            + [(h, 1, n, m, s) for h, n, m, s in tail]
-        )
+        head = runs_of(self.hourly_spans(first, lo)) if first < lo else []
+        tail = runs_of(self.hourly_spans(hi, last)) if hi < last else []
+        return fold([*head, middle, *tail])
 
     def min_periods_elapsed(self, now: dt.datetime) -> bool:
         """The `minPeriods` finalizer guard: enough boundaries since activation, by `now`.
