@@ -150,11 +150,12 @@ _FEE_RUN_COLUMNS = (
     "subscription_uid, hour, hours, quantity, unit_price_micros, amount_micros, currency,"
     " finalized, offering_version_id, subscription_version_id, covers_start, covers_end, fresh"
 )
-_FEE_RUN_TYPES = [
-    {"hours": "int4", "fresh": "bool"}.get(c)
-    or dict(zip(charges.COLUMNS, _STAGE_TYPES, strict=True))[c]
-    for c in _FEE_RUN_COLUMNS.split(", ")
-]
+_FEE_RUN_TYPE = {
+    **dict(zip(charges.COLUMNS, _STAGE_TYPES, strict=True)),
+    "hours": "int4",
+    "fresh": "bool",
+}
+_FEE_RUN_TYPES = [_FEE_RUN_TYPE[c] for c in _FEE_RUN_COLUMNS.split(", ")]
 _FEE_ROWS = """
     SELECT %(cluster)s::text, r.subscription_uid, r.hour + k.k * interval '1 hour',
            'subscription'::text, r.quantity, r.unit_price_micros, r.amount_micros, r.currency,
