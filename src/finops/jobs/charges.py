@@ -481,7 +481,7 @@ async def _write_costs(
             run.report.statuses_written += 1
         elif outcome.obj is not None:
             kept += _keeps(status.status_of(outcome.obj), wrote, run.scheduled)
-    if kept and result is None:
+    if kept and wrote is reasons.CostsReason.FROM_CALCULATOR:
         log.info(
             "%d subscription(s) keep the costs a run of %s or later summed from the ledger; "
             "fee-only costs are not written over them",
