@@ -247,13 +247,15 @@ PHASES = (
     (periods_job, "settle", "billing periods (close, recheck, terms)"),
     (job, "read_settled", "read back the buckets' sums"),
 )
+STATEMENTS = "the write's statements"
 WRITE_STEPS = (
-    (charge_sql, "write", "the write's statements"),
-    (charge_sql, "_merge", "merge into the ledger"),
+    (charge_sql, "write", STATEMENTS, WRITE),
+    (charge_sql, "_merge", "merge into the ledger", STATEMENTS),
 )
-"""Timed inside "price and write the rows": the statements (of which the merge of rows the
-ledger holds or held: stale open rows deleted, existing keys found, upserts), and the rest of
-the phase, which is the commit that applies the sums."""
+"""(module, function, label, the step it is timed inside): in "price and write the rows" the
+statements (of which the merge of rows the ledger holds or held: stale open rows deleted,
+existing keys found, upserts), and the rest of the phase, which is the commit that applies
+the sums."""
 
 
 @contextlib.contextmanager
@@ -280,10 +282,8 @@ def phase_clock() -> Iterator[dict[str, float]]:
 
         return timed_step
 
-    statements = WRITE_STEPS[0][2]
-    steps: list[tuple[tuple[Any, str, str], str | None]] = [(step, None) for step in PHASES]
-    steps += [(WRITE_STEPS[0], WRITE), *((step, statements) for step in WRITE_STEPS[1:])]
-    for (module, name, label), within in steps:
+    steps: list[tuple[Any, str, str, str | None]] = [(*step, None) for step in PHASES]
+    for module, name, label, within in [*steps, *WRITE_STEPS]:
         original = getattr(module, name)
         saved.append((module, name, original))
         setattr(module, name, timed(original, label, within))
@@ -297,7 +297,7 @@ def phase_clock() -> Iterator[dict[str, float]]:
 def phase_lines(title: str, total: float, spent: dict[str, float]) -> list[str]:
     shown = ", ".join(f"{label} {spent.get(label, 0.0):.2f} s" for _, _, label in PHASES)
     rest = total - sum(spent.get(label, 0.0) for _, _, label in PHASES)
-    statements, merge = (spent.get(label, 0.0) for _, _, label in WRITE_STEPS)
+    statements, merge = (spent.get(label, 0.0) for _, _, label, _ in WRITE_STEPS)
     commit = spent.get(WRITE, 0.0) - statements
     return [
         f"  {title} by phase: {shown}, other {rest:.2f} s",
