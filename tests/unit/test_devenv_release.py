@@ -50,3 +50,26 @@ def test_a_cluster_teardown_holds_off_a_second_ctrl_c_and_restores_the_handlers(
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
         signal.raise_signal(signal.SIGINT)  # ignored: the block goes on
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_only_a_pass_or_a_webhook_denial_counts_as_the_webhooks_answering() -> None:
+    assert release.webhook_answered(0, "offering.finops.stakater.com/shop created (server dry run)")
+    denied = (
+        'Error from server (Forbidden): error when creating "STDIN": admission webhook'
+        ' "voffering-v1alpha1.kb.io" denied the request: spec.price: Required value'
+    )
+    assert release.webhook_answered(1, denied)
+    unreachable = (
+        'Error from server (InternalError): error when creating "STDIN": Internal error'
+        ' occurred: failed calling webhook "voffering-v1alpha1.kb.io": failed to call webhook:'
+        ' Post "https://finops-webhook-service.finops.svc:443/validate": dial tcp'
+        " 10.96.0.12:443: connect: connection refused"
+    )
+    assert not release.webhook_answered(1, unreachable)
+    refused = (
+        "The connection to the server 127.0.0.1:6443 was refused"
+        " - did you specify the right host or port?"
+    )
+    assert not release.webhook_answered(1, refused)
+    unserved = 'error: resource mapping not found for name: "shop" namespace: "finops" from "STDIN"'
+    assert not release.webhook_answered(1, unserved)
