@@ -1,5 +1,6 @@
 """The watermarks (read through the daily sums and index probes) equal the exact ones read
-from every charge row (tests/oracle/watermarks.py), whatever holes and open hours there are."""
+from every charge row (tests/oracle/watermarks.py), whatever holes and open hours there are,
+and whatever time zone the session is in."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import psycopg
 from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
 from finops.store import charges as store_charges
 from finops.store import mirror
@@ -17,6 +19,9 @@ from tests.oracle import watermarks as oracle
 
 BASE = dt.datetime(2026, 4, 28, 19, tzinfo=dt.UTC)
 """Generated hours start here and run over several UTC midnights."""
+MARCH_END = dt.datetime(2026, 3, 29, 19, tzinfo=dt.UTC)
+"""Hours from here run into April: a 31-day month ends, and Europe and America have just
+moved their clocks, so a month stepped in a session's zone is not a UTC month."""
 SPAN = 110
 UIDS = ("uid-0", "uid-1", "uid-2")
 
@@ -53,11 +58,15 @@ def _versions(conn: psycopg.Connection[Any]) -> tuple[int, dict[tuple[str, int],
 
 
 def _rows(
-    uid: str, sub: dict[str, Any], offering: int, versions: dict[tuple[str, int], int]
+    uid: str,
+    sub: dict[str, Any],
+    offering: int,
+    versions: dict[tuple[str, int], int],
+    base: dt.datetime,
 ) -> list[tuple[Any, ...]]:
     out = []
     for h in range(sub["first"], sub["first"] + sub["length"] + 1):
-        hour = BASE + dt.timedelta(hours=h)
+        hour = base + dt.timedelta(hours=h)
         version = versions[(uid, 2 if sub["relabel"] is not None and h >= sub["relabel"] else 1)]
         final = sub["open_from"] is None or h < sub["open_from"]
         if h not in sub["missing"]:
@@ -98,14 +107,58 @@ def _rows(
 def test_the_watermarks_equal_the_exact_ones(
     ledger_dsn: str, subs: list[dict[str, Any]], since: int | None
 ) -> None:
-    bound = None if since is None else BASE + dt.timedelta(hours=since)
+    _check(ledger_dsn, subs, since, BASE, None)
+
+
+@seed(20261207)
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    subs=st.lists(_subscription, min_size=1, max_size=3),
+    since=st.one_of(st.none(), st.integers(0, SPAN)),
+    zone=st.sampled_from(["Europe/Berlin", "America/New_York", "Australia/Sydney"]),
+)
+# A hand-made hole at 20:00 on 29 March (UTC): in Europe/Berlin a month after 1 March
+# 00:00 UTC is 31 March 23:00 UTC, and the watermark once ran past the hole to 31 March.
+@example(
+    subs=[
+        {
+            "first": 0,
+            "length": 52,
+            "missing": {1},
+            "open_from": None,
+            "usage_open": set(),
+            "relabel": None,
+            "no_usage": set(),
+        }
+    ],
+    since=None,
+    zone="Europe/Berlin",
+)
+def test_the_watermarks_do_not_depend_on_the_sessions_time_zone(
+    ledger_dsn: str, subs: list[dict[str, Any]], since: int | None, zone: str
+) -> None:
+    _check(ledger_dsn, subs, since, MARCH_END, zone)
+
+
+def _check(
+    ledger_dsn: str,
+    subs: list[dict[str, Any]],
+    since: int | None,
+    base: dt.datetime,
+    zone: str | None,
+) -> None:
+    bound = None if since is None else base + dt.timedelta(hours=since)
     with psycopg.connect(ledger_dsn, autocommit=True) as conn:
         conn.execute("TRUNCATE subscription_charges")
         offering, versions = _versions(conn)
         rows = [
             r
             for uid, sub in zip(UIDS, subs, strict=False)
-            for r in _rows(uid, sub, offering, versions)
+            for r in _rows(uid, sub, offering, versions, base)
         ]
         with conn.cursor() as cur:
             cur.executemany(
@@ -122,4 +175,7 @@ def test_the_watermarks_equal_the_exact_ones(
             "subscription_uids": [*UIDS, "uid-never"],
             "since": bound,
         }
-        assert store_charges.watermarks(conn, **args) == oracle.watermarks(conn, **args)
+        expected = oracle.watermarks(conn, **args)
+        if zone is not None:
+            conn.execute(sql.SQL("SET TIME ZONE {}").format(zone))
+        assert store_charges.watermarks(conn, **args) == expected

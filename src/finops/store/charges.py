@@ -50,7 +50,8 @@ UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
 # 0` keeps that a probe whatever the planner guesses, never a ledger scan). With no short
 # month and open rows, the span's last hour is the watermark (every row before an open one is
 # final); else it is one backward primary-key probe. Exact as `tests/oracle/watermarks.py`,
-# the statement it replaces.
+# the statement it replaces. Months are stepped in UTC (`AT TIME ZONE 'UTC'`), not in the
+# session's zone, where a month after 1 March 00:00 UTC can be 28 or 31 March.
 _WATERMARKS = """
     WITH u AS (SELECT DISTINCT unnest(%(uids)s::text[]) AS uid),
     open AS MATERIALIZED (
@@ -80,7 +81,8 @@ _WATERMARKS = """
             SELECT count(*) AS after FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
               AND hour > l.hi
-              AND hour < date_trunc('month', l.hi, 'UTC') + interval '1 month') a
+              AND hour < (date_trunc('month', l.hi AT TIME ZONE 'UTC') + interval '1 month')
+                         AT TIME ZONE 'UTC') a
         WHERE f.lo IS NOT NULL AND l.hi >= f.lo
     ), counted AS (
         SELECT v.uid, m.month, sum(m.charge_rows) AS n
@@ -94,11 +96,15 @@ _WATERMARKS = """
     ), short AS MATERIALIZED (
         SELECT s.uid, min(g.month) AS month
         FROM span s
-        CROSS JOIN LATERAL generate_series(s.lo_month, s.hi, interval '1 month') g(month)
+        CROSS JOIN LATERAL (
+            SELECT m AT TIME ZONE 'UTC' AS month,
+                   (m + interval '1 month') AT TIME ZONE 'UTC' AS month_end
+            FROM generate_series(s.lo_month AT TIME ZONE 'UTC', s.hi AT TIME ZONE 'UTC',
+                                 interval '1 month') m) g
         LEFT JOIN counted c ON c.uid = s.uid AND c.month = g.month
         WHERE coalesce(c.n, 0) - CASE WHEN g.month = s.lo_month THEN s.before ELSE 0 END
                                - CASE WHEN g.month = s.hi_month THEN s.after ELSE 0 END
-              < extract(epoch FROM least(g.month + interval '1 month', s.hi + interval '1 hour')
+              < extract(epoch FROM least(g.month_end, s.hi + interval '1 hour')
                                    - greatest(g.month, s.lo)) / 3600
         GROUP BY s.uid
     ), fee AS (
