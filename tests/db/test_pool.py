@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import subprocess
@@ -12,7 +13,7 @@ import urllib.parse
 
 import psycopg
 import pytest
-from psycopg import conninfo
+from psycopg import conninfo, pq, sql
 
 from finops.store import migrate, pool
 from finops_devenv import ports, postgres
@@ -54,6 +55,30 @@ class TestEnvironment:
             admin.execute(f'GRANT ALL ON SCHEMA public TO "{postgres.PASSWORD_ROLE}"')
         with pool.open_pool(pg_server.password_dsn(dbname)) as ledger, ledger.connection() as conn:
             assert conn.execute("SELECT current_user").fetchone() == (postgres.PASSWORD_ROLE,)
+
+    def test_every_ledger_session_is_in_utc_whatever_zone_the_database_sets(
+        self, pg_dsn: str
+    ) -> None:
+        # The ledger's months are UTC months; in Europe/Berlin a month after 1 March 00:00 UTC
+        # is 31 March 23:00 UTC.
+        step = "SELECT timestamptz '2026-03-01 00:00+00' + interval '1 month'"
+        april = dt.datetime(2026, 4, 1, tzinfo=dt.UTC)
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} SET timezone = 'Europe/Berlin'").format(
+                    sql.Identifier(str(conninfo.conninfo_to_dict(pg_dsn)["dbname"]))
+                )
+            )
+        with psycopg.connect(pg_dsn) as raw:
+            assert raw.execute(step).fetchone() != (april,)
+        with pool.connect(pg_dsn) as conn:
+            assert conn.info.transaction_status is pq.TransactionStatus.IDLE
+            assert conn.execute("SHOW TimeZone").fetchone() == ("UTC",)
+            assert conn.execute(step).fetchone() == (april,)
+        with pool.connect(pg_dsn, autocommit=True) as conn:
+            assert conn.execute(step).fetchone() == (april,)
+        with pool.open_pool(pg_dsn, max_size=1) as ledger, ledger.connection() as conn:
+            assert conn.execute(step).fetchone() == (april,)
 
 
 class TestSecretsStaySecret:

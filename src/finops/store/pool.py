@@ -154,12 +154,32 @@ def _check_dsn(dsn: str) -> None:
 def connect(
     dsn: str, *, autocommit: bool = False, connect_timeout: int = 10
 ) -> psycopg.Connection[Any]:
-    """One connection (jobs that need a single session); errors never show the password."""
+    """One connection (jobs that need a single session), its session in UTC; errors never
+    show the password."""
     _check_dsn(dsn)
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=connect_timeout)
+        conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=connect_timeout)
     except psycopg.Error as exc:
         raise _failure(dsn, "connect to", exc) from None
+    try:
+        in_utc(conn)
+    except psycopg.Error as exc:
+        conn.close()
+        raise _failure(dsn, "set up a session on", exc) from None
+    return conn
+
+
+def in_utc(conn: psycopg.Connection[Any]) -> None:
+    """Put the session in UTC, whatever `TimeZone` the server, the database or the role sets.
+
+    The ledger's days and months are UTC ones, and PostgreSQL does calendar arithmetic on
+    `timestamptz` (a month later, the months of a span) in the session's zone: in
+    Europe/Berlin, a month after 1 March 00:00 UTC is 31 March 23:00 UTC. Statements that step
+    by months say so themselves; this keeps any other one, and the migrations, from depending
+    on how the server was set up."""
+    conn.execute(b"SET TIME ZONE 'UTC'")
+    if not conn.autocommit:
+        conn.commit()
 
 
 def wait_until_reachable(
@@ -213,6 +233,7 @@ def open_pool(
         min_size=min_size,
         max_size=max_size,
         kwargs={"connect_timeout": connect_timeout},
+        configure=in_utc,
         open=False,
         name=name,
         check=psycopg_pool.ConnectionPool.check_connection,
