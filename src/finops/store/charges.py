@@ -40,18 +40,22 @@ UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
 
 # The watermarks without reading every fee row since the bound (that grew with the ledger's
 # history, every hourly run). Per Subscription: its first open hour (the partial index of open
-# rows) and its first fee hour since the bound (a primary-key probe). The span to check ends
-# at the hour before the first open one (no later hour can be the watermark), or without open
-# rows at the last fee hour (one more probe). Then, from the monthly sums, the first month
-# whose fee rows in the span fall short of its hours: rows are unique per hour, so a full
-# count means a fee row in every hour; the first month's rows before the span and the last
-# month's rows after it are counted by a short range probe each and taken off. Only from a
-# short month on are the fee rows read, for the exact hole, by key per Subscription (`OFFSET
-# 0` keeps that a probe whatever the planner guesses, never a ledger scan). With no short
-# month and open rows, the span's last hour is the watermark (every row before an open one is
-# final); else it is one backward primary-key probe. Exact as `tests/oracle/watermarks.py`,
-# the statement it replaces. Months are stepped in UTC (`AT TIME ZONE 'UTC'`), not in the
-# session's zone, where a month after 1 March 00:00 UTC can be 28 or 31 March.
+# rows) and its first fee hour since the bound (a primary-key probe). The span to check ends at
+# the hour before the first open one (no later hour can be the watermark), or without open rows
+# at the last fee hour (one more probe). Then, from the monthly sums, the first month whose fee
+# rows in the span fall short of its hours: rows are unique per hour, so a full count means a
+# fee row in every hour. The first month's rows in the span are counted from its shorter side:
+# the rows before the span, taken off the month's sum, or the rows from the span's start to the
+# month's end (once a period is closed the span starts in the closed month's last hour, and
+# counting that month's rows before it read a month of index entries per Subscription every
+# run). The last month's rows after the span are counted by a short range probe and taken off.
+# Only from a short month on are the fee rows read, for the exact hole, by key per Subscription
+# (`OFFSET 0` keeps that a probe whatever the planner guesses, never a ledger scan). With no
+# short month and open rows, the span's last hour is the watermark (every row before an open
+# one is final); else it is one backward primary-key probe. Exact as
+# `tests/oracle/watermarks.py`, the statement it replaces. Months are stepped in UTC (`AT TIME
+# ZONE 'UTC'`), not in the session's zone, where a month after 1 March 00:00 UTC can be 28 or
+# 31 March.
 _WATERMARKS = """
     WITH u AS (SELECT DISTINCT unnest(%(uids)s::text[]) AS uid),
     open AS MATERIALIZED (
@@ -60,7 +64,7 @@ _WATERMARKS = """
         GROUP BY 1
     ), span AS MATERIALIZED (
         SELECT u.uid, f.lo, l.hi, date_trunc('month', f.lo, 'UTC') AS lo_month,
-               date_trunc('month', l.hi, 'UTC') AS hi_month, b.before, a.after
+               date_trunc('month', l.hi, 'UTC') AS hi_month, b.before, b.tail, a.after
         FROM u
         LEFT JOIN open o ON o.uid = u.uid
         CROSS JOIN LATERAL (
@@ -74,9 +78,20 @@ _WATERMARKS = """
                            AND source = 'subscription' {bound})
                    END AS hi) l
         CROSS JOIN LATERAL (
-            SELECT count(*) AS before FROM subscription_charges
-            WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
-              AND hour >= date_trunc('month', f.lo, 'UTC') AND hour < f.lo) b
+            SELECT date_trunc('month', f.lo, 'UTC') AS start,
+                   (date_trunc('month', f.lo AT TIME ZONE 'UTC') + interval '1 month')
+                       AT TIME ZONE 'UTC' AS stop) m
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN f.lo - m.start <= m.stop - f.lo THEN (
+                       SELECT count(*) FROM subscription_charges
+                       WHERE cluster = %(cluster)s AND subscription_uid = u.uid
+                         AND source = 'subscription' AND hour >= m.start AND hour < f.lo)
+                   END AS before,
+                   CASE WHEN f.lo - m.start > m.stop - f.lo THEN (
+                       SELECT count(*) FROM subscription_charges
+                       WHERE cluster = %(cluster)s AND subscription_uid = u.uid
+                         AND source = 'subscription' AND hour >= f.lo AND hour < m.stop)
+                   END AS tail) b
         CROSS JOIN LATERAL (
             SELECT count(*) AS after FROM subscription_charges
             WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
@@ -102,8 +117,9 @@ _WATERMARKS = """
             FROM generate_series(s.lo_month AT TIME ZONE 'UTC', s.hi AT TIME ZONE 'UTC',
                                  interval '1 month') m) g
         LEFT JOIN counted c ON c.uid = s.uid AND c.month = g.month
-        WHERE coalesce(c.n, 0) - CASE WHEN g.month = s.lo_month THEN s.before ELSE 0 END
-                               - CASE WHEN g.month = s.hi_month THEN s.after ELSE 0 END
+        WHERE CASE WHEN g.month = s.lo_month THEN coalesce(s.tail, coalesce(c.n, 0) - s.before)
+                   ELSE coalesce(c.n, 0) END
+              - CASE WHEN g.month = s.hi_month THEN s.after ELSE 0 END
               < extract(epoch FROM least(g.month_end, s.hi + interval '1 hour')
                                    - greatest(g.month, s.lo)) / 3600
         GROUP BY s.uid
