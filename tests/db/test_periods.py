@@ -128,6 +128,40 @@ def test_a_back_dated_deactivation_is_credited_in_the_next_period(ledger_dsn: st
         assert ps.ledger_by_hour(conn, cluster, ps.MARCH_END) == truth(conn, cluster, billed)
 
 
+def test_the_close_rechecks_only_hours_changed_after_they_were_charged(ledger_dsn: str) -> None:
+    """Each hour's allocation rows arrive before the run that charges it, as the allocation
+    job writes them; one hour is changed again after it was charged final. Only that change
+    waits for the close: the others are in the charge rows already, and keeping them made
+    every close recompute the whole month."""
+    cluster = "close-3"
+    changed = ps.MARCH_END - 3 * ps.HOUR
+    with unit.connect(ledger_dsn) as conn:
+        _, usd = ps.books(conn, cluster)
+        billed = [ps.subscription("g", activated=ACTIVATED, fee="hourly", meters=("cpuHour",))]
+        for k in range(-5, 3):
+            at = ps.MARCH_END + k * ps.HOUR
+            ps.allocation(conn, cluster, hour=at, name="p", book=usd, currency="USD")
+            if at == changed + 2 * ps.HOUR:
+                ps.allocation(
+                    conn, cluster, hour=changed, name="p", book=usd, currency="USD", cpu="1.5"
+                )
+            if at == ps.MARCH_END + ps.HOUR:
+                waiting = conn.execute(
+                    "SELECT hour FROM allocation_changes WHERE cluster = %s AND hour < %s",
+                    (cluster, ps.MARCH_END),
+                ).fetchall()
+                assert waiting == [(changed,)]
+            result = ps.run(conn, cluster, at + ps.HOUR, billed)
+            if at == ps.MARCH_END + ps.HOUR:
+                assert result.periods is not None
+                assert [p.label for p in result.periods.closed] == ["2026-03"]
+        corrected = conn.execute(
+            "SELECT DISTINCT hour FROM charge_corrections WHERE cluster = %s", (cluster,)
+        ).fetchall()
+        assert corrected == [(changed,)]
+        assert ps.ledger_by_hour(conn, cluster, ps.MARCH_END) == truth(conn, cluster, billed)
+
+
 class TestTheDatabaseKeepsClosedPeriods:
     @pytest.fixture
     def closed(self, ledger_dsn: str) -> tuple[str, str]:

@@ -107,6 +107,8 @@ def _write(
 ) -> charge_sql.WriteCounts:
     """Replace the charged windows' open rows by the planned ones, in one unit of work."""
     with unit.begin(conn) as work:
+        charge_sql.lock(conn, cluster)
+        store_periods.forget_changes_recharged(conn, cluster=cluster)
         written = charge_sql.write(
             conn, cluster=cluster, tables=tables, scheduled=scheduled, boundary=boundary
         )

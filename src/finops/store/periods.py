@@ -255,6 +255,29 @@ def changed_hours(conn: psycopg.Connection[Any], *, cluster: str) -> list[dt.dat
     return [r[0].astimezone(dt.UTC) for r in rows]
 
 
+def forget_changes_recharged(conn: psycopg.Connection[Any], *, cluster: str) -> None:
+    """Forget the changed allocation hours the charge write about to run recomputes: every
+    usage row from the first hour whose usage is not final yet (and not closed) is rewritten
+    from the allocation rows as they are now, so their changes are in it and none needs a
+    recheck when its period closes. Kept, they made each close recompute the whole month for
+    every Subscription that bills usage.
+
+    Call in the write's transaction, before its statements. The lock waits for allocation
+    writes in flight (so the write reads their rows) and holds new ones back until the write
+    commits (so a change it did not read is recorded after this delete, never merged into a
+    row deleted here)."""
+    conn.execute(b"LOCK TABLE allocation_changes IN SHARE ROW EXCLUSIVE MODE")
+    conn.execute(
+        b"""
+        DELETE FROM allocation_changes
+        WHERE cluster = %(cluster)s AND hour >= greatest(
+            (SELECT usage_final_before FROM billing_calendars WHERE cluster = %(cluster)s),
+            finops_closed_through(%(cluster)s), '-infinity')
+        """,
+        {"cluster": cluster},
+    )
+
+
 def forget_changed_hours(
     conn: psycopg.Connection[Any], *, cluster: str, hours: Collection[dt.datetime]
 ) -> None:
