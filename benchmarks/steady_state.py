@@ -103,11 +103,17 @@ def billed(subscriptions: int, start: dt.datetime) -> list[charge_plan.Billed]:
 
 
 def history(conn: psycopg.Connection[Any], subs: Sequence[charge_plan.Billed]) -> int:
-    """The charge rows of every hour before the first timed one (the last still open), and the
-    versions and terms the hourly runs would have recorded beside them. Without the terms,
-    the run that closes February would take every Subscription for one never charged before
-    the close and recompute its whole history as a recheck."""
-    written = cs.floor(conn, subs, FIRST_TIMED - dt.timedelta(hours=1))
+    """The charge rows of every hour before the first timed one (the last still open), and
+    what the hourly runs would have recorded beside them: the versions, each Subscription's
+    terms, how far usage is final, and no changed allocation hour before that (each run
+    forgets those it recharges). Without these, the run that closes February would recompute
+    the whole history as rechecks."""
+    last = FIRST_TIMED - dt.timedelta(hours=1)
+    written = cs.floor(conn, subs, last)
+    store_periods.note_usage_final(conn, cluster=cs.CLUSTER, before=last)
+    conn.execute(
+        "DELETE FROM allocation_changes WHERE cluster = %s AND hour < %s", (cs.CLUSTER, last)
+    )
     offerings, versions = charge_inputs.record_versions(
         conn,
         cluster=cs.CLUSTER,
