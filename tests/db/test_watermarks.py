@@ -78,16 +78,21 @@ def _rows(
     return out
 
 
+def _examples(count: int) -> settings:
+    return settings(
+        max_examples=count,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+_subs = st.lists(_subscription, min_size=1, max_size=3)
+_since = st.one_of(st.none(), st.integers(0, SPAN))
+
+
 @seed(20261207)
-@settings(
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(
-    subs=st.lists(_subscription, min_size=1, max_size=3),
-    since=st.one_of(st.none(), st.integers(0, SPAN)),
-)
+@_examples(200)
+@given(subs=_subs, since=_since)
 # The fee rows end at hour 6 and hour 7 has no row at all; the first open row is usage at 8.
 # The watermark is 6, not the hour before the first open one.
 @example(
@@ -127,14 +132,10 @@ def test_the_watermarks_equal_the_exact_ones(
 
 
 @seed(20261207)
-@settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@_examples(100)
 @given(
-    subs=st.lists(_subscription, min_size=1, max_size=3),
-    since=st.one_of(st.none(), st.integers(0, SPAN)),
+    subs=_subs,
+    since=_since,
     zone=st.sampled_from(["Europe/Berlin", "America/New_York", "Australia/Sydney"]),
 )
 # A hand-made hole at 20:00 on 29 March (UTC): in Europe/Berlin a month after 1 March
