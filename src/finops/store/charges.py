@@ -63,7 +63,7 @@ _WATERMARKS = """
         WHERE cluster = %(cluster)s AND subscription_uid = ANY(%(uids)s) AND NOT finalized
         GROUP BY 1
     ), span AS MATERIALIZED (
-        SELECT u.uid, f.lo, l.hi, date_trunc('month', f.lo, 'UTC') AS lo_month,
+        SELECT u.uid, f.lo, l.hi, m.start AS lo_month,
                date_trunc('month', l.hi, 'UTC') AS hi_month, b.before, b.tail, a.after
         FROM u
         LEFT JOIN open o ON o.uid = u.uid
