@@ -1,9 +1,11 @@
 """Watches, indexes and fan-out for Offerings and Subscriptions, and their two reconcilers.
 
 Every watch event updates the indexes first, then decides whom to wake:
-- a Subscription created, deleted, or flipping activation re-queues its whole family (the
+- a Subscription created, deleted, or ending re-queues its whole family (the
   `status.compatibilityRoot` index) and every child naming it as parent (children waiting on
-  their parent carry no root yet); its readiness flipping wakes its children too; its root
+  their parent carry no root yet); turning active, it re-queues its children and the members
+  that have never activated (it only adds coverage); its readiness flipping wakes its
+  children too; its root
   being stamped wakes itself (a member may have activated before it was indexed); routine
   status writes (cost buckets, conditions) wake nobody;
 - an Offering appearing, disappearing or flipping readiness wakes the Subscriptions bound to

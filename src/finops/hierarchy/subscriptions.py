@@ -572,10 +572,16 @@ def needs_finalizer(sub: bodies.SubscriptionBody) -> bool:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Fanout:
     """Whom a change re-queues: every member of the family `root` (when stamped) and every
-    Subscription whose `spec.parent` names `parent` (children not stamped yet)."""
+    Subscription whose `spec.parent` names `parent` (children not stamped yet).
+
+    `activation`: the change is a member turning active. That only adds coverage, so of the
+    family it reaches the members that have never activated (the ones a coverage hold may
+    be waiting on it); an active member's gates cannot newly fail from it, and a deactivated
+    one is never re-validated. Children are reached either way."""
 
     root: str | None
     parent: views.Key
+    activation: bool = False
 
 
 def fanout(
@@ -597,12 +603,20 @@ def fanout(
     if refs.is_deleting(old) != refs.is_deleting(new):
         return result
     if family.is_active(old) != family.is_active(new):
-        return result
+        return dataclasses.replace(result, activation=family.is_active(new))
     return None
 
 
 def requeue(change: Fanout, members: family.Members, children: family.Children) -> set[views.Key]:
     """The keys a fan-out reaches through the two indexes."""
-    found = {refs.key_of(m) for m in members(change.root)} if change.root else set()
+    found = (
+        {
+            refs.key_of(m)
+            for m in members(change.root)
+            if not (change.activation and family.is_activated(m))
+        }
+        if change.root
+        else set()
+    )
     found.update(refs.key_of(c) for c in children(change.parent))
     return found

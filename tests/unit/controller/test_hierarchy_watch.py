@@ -77,12 +77,16 @@ class TestSubscriptionEvents:
         root = b.subscription("root", "core", status={"compatibilityRoot": "R"})
         sibling = b.subscription("sib", "vm", parent="root", status=b.active_status("R"))
         waiting = b.subscription("kid", "vm", parent="root")
-        c, _, subs = cluster(root, sibling, waiting)
+        held = b.subscription("disk", "disk", parent="sib", status={"compatibilityRoot": "R"})
+        up = b.subscription("mon", "mon", parent="sib", status=b.active_status("R"))
+        c, _, subs = cluster(root, sibling, waiting, held, up)
         now_active = copy.deepcopy(root)
         now_active["status"] = b.active_status("R")
         change(c, subs, root, now_active)
         woken = hierarchy_watch.subscription_wakes(c, root, now_active)
-        assert woken == sub_keys("root", "sib", "kid")
+        # The family member that never activated, the children, and root itself; not the
+        # grandchild that is active already.
+        assert woken == sub_keys("root", "sib", "kid", "disk")
 
     def test_a_routine_status_write_wakes_nobody(self) -> None:
         sub = b.subscription("acme", "vm", status=b.active_status("R"))

@@ -11,7 +11,7 @@ import collections
 import copy
 import datetime as dt
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from finops.api import views
@@ -221,13 +221,34 @@ class Cluster:
             self._watch(old, obj)
         return decided
 
-    def settle(self, limit: int = 500) -> int:
-        """Drain the queue; the number of passes it took (fails if it does not settle)."""
+    def settle(self, limit: int = 500, pick: Callable[[int], int] | None = None) -> int:
+        """Drain the queue; the number of passes it took (fails if it does not settle).
+        `pick(n)` chooses which of the n queued keys goes next (default: the oldest)."""
         start = self.passes
         while self.queue:
             assert self.passes - start < limit, "the family did not settle"
-            self.reconcile(self.queue.popleft())
+            at = pick(len(self.queue)) if pick is not None else 0
+            key = self.queue[at]
+            del self.queue[at]
+            self.reconcile(key)
         return self.passes - start
+
+    def unsettled(self) -> set[str]:
+        """The Subscriptions a reconcile would still write (none once wake-ups missed none)."""
+        found = set()
+        for key, obj in self.subs.items():
+            offering_key = family.offering_key(obj)
+            decided = subscriptions.plan(
+                obj,
+                offering=self.offerings.get(offering_key) if offering_key else None,
+                lookup=self.subs.get,
+                members=members_from(list(self.subs.values())),
+                target=self.target_of(obj),
+                now=self.now,
+            )
+            if decided.changed:
+                found.add(key.name)
+        return found
 
     def sub(self, name: str) -> dict[str, Any]:
         return self.subs[views.Key(NS, name)]

@@ -115,6 +115,33 @@ class TestTheDocsFamily:
             assert cluster.sub(name)["status"]["deactivatedAt"] == at
             assert b.reason(cluster.sub(name), "Ready") == "ValidationSucceeded"
 
+    @settings(max_examples=150, deadline=None)
+    @given(
+        st.permutations(range(len(TREE))),
+        st.lists(st.integers(0, 2), min_size=len(TREE), max_size=len(TREE)),
+        st.sampled_from([None, *(name for name, _, _ in TREE)]),
+        st.randoms(use_true_random=False),
+    )
+    def test_when_the_queue_drains_no_member_has_work_left(
+        self, order: list[int], between: list[int], deleted: str | None, rnd: Any
+    ) -> None:
+        """The fan-out wakes everyone whose decision a change can move: whatever the create
+        order, however the queue is worked through in between, once it drains every member's
+        plan is what it carries, and again after a member is deleted."""
+        cluster = acme_cluster()
+        for i, steps in zip(order, between, strict=True):
+            name, offering, parent = TREE[i]
+            cluster.create(b.subscription(name, offering, parent=parent))
+            for _ in range(min(steps, len(cluster.queue))):
+                cluster.reconcile(cluster.queue.popleft())
+        cluster.settle(pick=rnd.randrange)
+        assert cluster.unsettled() == set()
+        assert active_names(cluster) == {name for name, _, _ in TREE}
+        if deleted is not None:
+            cluster.delete(deleted)
+            cluster.settle(pick=rnd.randrange)
+            assert cluster.unsettled() == set()
+
     def test_a_cascade_settles_in_few_passes(self) -> None:
         cluster = acme_cluster()
         for name, offering, parent in TREE:
@@ -236,10 +263,33 @@ class TestFanout:
         active = {**sub, "status": b.active_status("r")}
         deleting = {**active, "metadata": {**active["metadata"], "deletionTimestamp": "x"}}
         me = views.Key(b.NS, "s")
+        ended = {**active, "status": {**active["status"], "deactivatedAt": "x"}}
         assert subscriptions.fanout(None, sub) == subscriptions.Fanout("r", me)
         assert subscriptions.fanout(sub, None) == subscriptions.Fanout("r", me)
-        assert subscriptions.fanout(sub, active) == subscriptions.Fanout("r", me)
+        assert subscriptions.fanout(sub, active) == subscriptions.Fanout("r", me, activation=True)
+        assert subscriptions.fanout(active, ended) == subscriptions.Fanout("r", me)
         assert subscriptions.fanout(active, deleting) == subscriptions.Fanout("r", me)
+
+    def test_an_activation_reaches_the_members_that_never_activated_and_the_children(
+        self,
+    ) -> None:
+        """A member turning active only adds coverage: members already active (or ended)
+        cannot decide differently because of it."""
+        vm = b.subscription("vm", "o", parent="root", status=b.active_status("r"))
+        waiting = b.subscription("disk", "o", parent="root", status={"compatibilityRoot": "r"})
+        up = b.subscription("mon", "o", parent="root", status=b.active_status("r"))
+        ended = b.subscription("old", "o", parent="root", status=b.active_status("r"))
+        ended["status"]["deactivatedAt"] = "2026-08-12T09:00:00Z"
+        kid = b.subscription("kid", "o", parent="vm", status=b.active_status("r"))
+        snapshot = [vm, waiting, up, ended, kid]
+        change = subscriptions.fanout({**vm, "status": {"compatibilityRoot": "r"}}, vm)
+        assert change is not None and change.activation
+        reached = subscriptions.requeue(change, b.members_from(snapshot), b.children_from(snapshot))
+        assert reached == {views.Key(b.NS, "disk"), views.Key(b.NS, "kid")}
+        gone = subscriptions.fanout(vm, None)
+        assert gone is not None
+        everyone = subscriptions.requeue(gone, b.members_from(snapshot), b.children_from(snapshot))
+        assert everyone == {refs.key_of(s) for s in snapshot}
 
     def test_routine_status_writes_fan_out_to_nobody(self) -> None:
         old = b.subscription("s", "o", status=b.active_status("r"))
