@@ -4,6 +4,8 @@ change to a closed period, and late data booked as corrections that add up to th
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from typing import Any
 
 import psycopg
@@ -160,6 +162,47 @@ def test_the_close_rechecks_only_hours_changed_after_they_were_charged(ledger_ds
         ).fetchall()
         assert corrected == [(changed,)]
         assert ps.ledger_by_hour(conn, cluster, ps.MARCH_END) == truth(conn, cluster, billed)
+
+
+def test_an_allocation_change_while_the_settle_rechecks_is_recorded_after_it(
+    ledger_dsn: str,
+) -> None:
+    """The settle reads the changed hours, recomputes them and forgets them in one
+    transaction. An allocation write to one of those hours meanwhile waits for it to commit,
+    and its change is recorded again after: the next run rechecks it. Without the wait the
+    allocation trigger found the hour still recorded and added nothing, and the settle then
+    forgot a change it had never read."""
+    cluster = "close-race"
+    hour = ps.MARCH_END - 3 * ps.HOUR
+    with unit.connect(ledger_dsn) as conn, unit.connect(ledger_dsn) as other:
+        _, usd = ps.books(conn, cluster)
+        ps.allocation(conn, cluster, hour=hour, name="p", book=usd, currency="USD")
+        pid = other.info.backend_pid
+        with unit.begin(conn) as work:
+            assert store_periods.changed_hours(conn, cluster=cluster) == [hour]
+            writer = threading.Thread(
+                target=ps.allocation,
+                args=(other, cluster),
+                kwargs={"hour": hour, "name": "p", "book": usd, "currency": "USD", "cpu": "2"},
+            )
+            writer.start()
+            deadline = time.monotonic() + 10
+            while writer.is_alive() and time.monotonic() < deadline:
+                waiting = conn.execute(
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                    (pid,),
+                ).fetchone()
+                if waiting and waiting[0]:
+                    break
+                time.sleep(0.02)
+            assert writer.is_alive(), "the allocation write did not wait for the settle"
+            store_periods.forget_changed_hours(conn, cluster=cluster, hours=[hour])
+            work.commit()
+        writer.join(timeout=10)
+        recorded = conn.execute(
+            "SELECT hour FROM allocation_changes WHERE cluster = %s", (cluster,)
+        ).fetchall()
+        assert recorded == [(hour,)]
 
 
 class TestTheDatabaseKeepsClosedPeriods:

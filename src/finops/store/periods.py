@@ -246,11 +246,21 @@ def save_terms(
     )
 
 
+def hold_allocation_writes(conn: psycopg.Connection[Any]) -> None:
+    """Until the caller's transaction ends, allocation writes wait: the lock waits for those
+    in flight (so the caller's later statements read their rows) and holds new ones back (so
+    a change the caller did not read is recorded after it forgets hours, never merged into a
+    row it deletes: an existing row makes the allocation trigger's insert do nothing)."""
+    conn.execute(b"LOCK TABLE allocation_changes IN SHARE ROW EXCLUSIVE MODE")
+
+
 def changed_hours(conn: psycopg.Connection[Any], *, cluster: str) -> list[dt.datetime]:
-    """The allocation hours recorded as changed (locked until the transaction ends)."""
+    """The allocation hours recorded as changed; allocation writes wait until the caller's
+    transaction ends (`hold_allocation_writes`), so the hours it rechecks and forgets are
+    exactly the changes it read."""
+    hold_allocation_writes(conn)
     rows = conn.execute(
-        "SELECT hour FROM allocation_changes WHERE cluster = %s ORDER BY hour FOR UPDATE",
-        (cluster,),
+        "SELECT hour FROM allocation_changes WHERE cluster = %s ORDER BY hour", (cluster,)
     ).fetchall()
     return [r[0].astimezone(dt.UTC) for r in rows]
 
@@ -262,11 +272,9 @@ def forget_changes_recharged(conn: psycopg.Connection[Any], *, cluster: str) -> 
     recheck when its period closes. Kept, they made each close recompute the whole month for
     every Subscription that bills usage.
 
-    Call in the write's transaction, before its statements. The lock waits for allocation
-    writes in flight (so the write reads their rows) and holds new ones back until the write
-    commits (so a change it did not read is recorded after this delete, never merged into a
-    row deleted here)."""
-    conn.execute(b"LOCK TABLE allocation_changes IN SHARE ROW EXCLUSIVE MODE")
+    Call in the write's transaction, before its statements: allocation writes wait until it
+    commits (`hold_allocation_writes`)."""
+    hold_allocation_writes(conn)
     conn.execute(
         b"""
         DELETE FROM allocation_changes
