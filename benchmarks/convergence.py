@@ -532,6 +532,22 @@ def report(size: Size, label: str) -> None:
     api = ("kube-apiserver", "etcd")
     server = sum(size.cpu[k] for k in api) / sum(size.raw_cpu[k] for k in api)
     print(f"  API server + etcd CPU, converging / floor: {server:.2f}")
+    floor_cpu, converge_cpu = sum(size.raw_cpu.values()), sum(size.cpu.values())
+    cores = os.cpu_count() or 1
+    print(
+        f"  CPU of every process: floor {floor_cpu:.1f} s, converging {converge_cpu:.1f} s"
+        f" ({converge_cpu / floor_cpu:.2f}×); {cores} cores"
+        f" {floor_cpu / (size.raw * cores):.0%} / {converge_cpu / (size.converged * cores):.0%}"
+        " busy"
+    )
+    writes = sum(v for (verb, _, _), v in size.requests.items() if verb in ("PATCH", "POST"))
+    per_write = size.raw_cpu["benchmark"] / (4 * n)  # the floor client's four requests each
+    at_floor = writes * per_write
+    print(
+        f"  controller: {writes:,.0f} writes, {at_floor:.1f} CPU-s at the floor client's"
+        f" {per_write * 1000:.2f} ms each; the other {size.cpu['controller'] - at_floor:.1f} s"
+        " its watch, decisions and queue"
+    )
     print("  controller requests during convergence (API server counters, own creates excluded):")
     for (verb, resource, code), value in sorted(size.requests.items()):
         if value > 0:
