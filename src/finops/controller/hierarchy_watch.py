@@ -5,9 +5,8 @@ Every watch event updates the indexes first, then decides whom to wake:
   `status.compatibilityRoot` index) and every child naming it as parent (children waiting on
   their parent carry no root yet); turning active, it re-queues its children and the members
   that have never activated (it only adds coverage); its readiness flipping wakes its
-  children too; its root
-  being stamped wakes itself (a member may have activated before it was indexed); routine
-  status writes (cost buckets, conditions) wake nobody;
+  children too; its root being stamped wakes itself (a member may have activated before it
+  was indexed); routine status writes (cost buckets, conditions) wake nobody;
 - an Offering appearing, disappearing or flipping readiness wakes the Subscriptions bound to
   it and the Offerings requiring it; while a dependent goes away, an Offering being deleted
   is woken to re-check its guard;

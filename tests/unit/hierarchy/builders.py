@@ -201,13 +201,10 @@ class Cluster:
         key = (ref_.api_version, ref_.kind, ref_.namespace, ref_.name)
         return subscriptions.Target.FOUND if key in self.targets else subscriptions.Target.NOT_FOUND
 
-    def reconcile(self, key: views.Key) -> subscriptions.SubscriptionPlan | None:
-        obj = self.subs.get(key)
-        if obj is None:
-            return None
-        self.passes += 1
+    def plan(self, obj: dict[str, Any]) -> subscriptions.SubscriptionPlan:
+        """What a reconcile of `obj` decides on the cluster as it is now."""
         offering_key = family.offering_key(obj)
-        decided = subscriptions.plan(
+        return subscriptions.plan(
             obj,
             offering=self.offerings.get(offering_key) if offering_key else None,
             lookup=self.subs.get,
@@ -215,6 +212,13 @@ class Cluster:
             target=self.target_of(obj),
             now=self.now,
         )
+
+    def reconcile(self, key: views.Key) -> subscriptions.SubscriptionPlan | None:
+        obj = self.subs.get(key)
+        if obj is None:
+            return None
+        self.passes += 1
+        decided = self.plan(obj)
         if decided.changed:
             old = copy.deepcopy(obj)
             obj["status"] = decided.status
@@ -235,20 +239,7 @@ class Cluster:
 
     def unsettled(self) -> set[str]:
         """The Subscriptions a reconcile would still write (none once wake-ups missed none)."""
-        found = set()
-        for key, obj in self.subs.items():
-            offering_key = family.offering_key(obj)
-            decided = subscriptions.plan(
-                obj,
-                offering=self.offerings.get(offering_key) if offering_key else None,
-                lookup=self.subs.get,
-                members=members_from(list(self.subs.values())),
-                target=self.target_of(obj),
-                now=self.now,
-            )
-            if decided.changed:
-                found.add(key.name)
-        return found
+        return {key.name for key, obj in self.subs.items() if self.plan(obj).changed}
 
     def sub(self, name: str) -> dict[str, Any]:
         return self.subs[views.Key(NS, name)]
