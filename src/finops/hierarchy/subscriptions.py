@@ -609,14 +609,10 @@ def fanout(
 
 def requeue(change: Fanout, members: family.Members, children: family.Children) -> set[views.Key]:
     """The keys a fan-out reaches through the two indexes."""
-    found = (
-        {
-            refs.key_of(m)
-            for m in members(change.root)
-            if not (change.activation and family.is_activated(m))
-        }
-        if change.root
-        else set()
-    )
+    found: set[views.Key] = set()
+    if change.root:
+        for member in members(change.root):
+            if not (change.activation and family.is_activated(member)):
+                found.add(refs.key_of(member))
     found.update(refs.key_of(c) for c in children(change.parent))
     return found
