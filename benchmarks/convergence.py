@@ -6,10 +6,12 @@ running by a bare client doing, for each one, exactly the writes the controller 
 create, the finalizer PATCH (a JSON patch testing `resourceVersion`, as the controller's),
 the activating status write (`ready`, `activatedAt`, the `Ready` and `Active` conditions) and
 the `Activated` Event, each Subscription's four in order, all Subscriptions concurrently.
-Then they are deleted, and created again with the controller up; the second clock stops when
-the last one reports `Ready=True` (seen on one watch, so waiting costs the API server next to
-nothing). Both use the same concurrent client, in the same run, on a fresh control plane; it
-is httpx2, the controller's own HTTP stack. The raw create alone is timed too (orientation).
+Then, on a second fresh control plane, they are created with the controller up. Both clocks
+stop when a watch has seen the last one report `Ready=True` (one watch each, so waiting costs
+the API server the same small amount in both), and each phase runs second on its control
+plane, after the same warm-up round: the raw create of the same Subscriptions (timed for
+orientation), then their deletion. Both use the same concurrent client, in the same run; it
+is httpx2, the controller's own HTTP stack.
 
 Each family is the docs' tree (bundle; vm, disk, monitor below it; alert below monitor;
 spare below alert) plus four add-ons under the bundle: disk, monitor and alert need vm's
@@ -18,7 +20,7 @@ coverage, so a family converges in dependency order whatever order the creates l
 Profile printed with each size: the API server's own request counters (`apiserver_request_total`
 by verb, resource and code, less the benchmark's own creates) during the converge phase, and
 the controller's reconciles per Subscription (its `controller_runtime_reconcile_total`).
-Growth: sizes ×1, ×2, ×4 of `--families / 4`, each on its own control plane.
+Growth: sizes ×1, ×2, ×4 of `--families / 4`, each phase of each size on its own control plane.
 
     .venv/bin/python -m benchmarks.convergence                 # 125/250/500 families
     .venv/bin/python -m benchmarks.convergence --families 40 --scales 1   # a quick look
@@ -31,6 +33,7 @@ import asyncio
 import collections
 import dataclasses
 import datetime as dt
+import multiprocessing
 import os
 import pathlib
 import random
@@ -38,7 +41,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
+from multiprocessing.connection import Connection
 from typing import Any
 
 import httpx2
@@ -207,27 +211,6 @@ async def floor_all(
         return time.monotonic() - started
 
 
-async def clear_floor(cp: controlplane.ControlPlane, ns: str, concurrency: int) -> None:
-    """Release the floor's finalizers, then delete its Subscriptions and Events."""
-    path = f"{GROUP}/namespaces/{ns}/subscriptions"
-    merge = {"Content-Type": "application/merge-patch+json"}
-    gate = asyncio.Semaphore(concurrency)
-    async with _client(cp, concurrency) as client:
-        listed = (await client.get(path)).raise_for_status().json()["items"]
-
-        async def release(item: dict[str, Any]) -> None:
-            async with gate:
-                body = msgspec.json.encode({"metadata": {"finalizers": None}})
-                name = item["metadata"]["name"]
-                (
-                    await client.patch(f"{path}/{name}", content=body, headers=merge)
-                ).raise_for_status()
-
-        await asyncio.gather(*(release(i) for i in listed))
-        (await client.delete(path)).raise_for_status()
-        (await client.delete(f"/api/v1/namespaces/{ns}/events")).raise_for_status()
-
-
 class _Meta(msgspec.Struct):
     name: str = ""
 
@@ -266,11 +249,15 @@ async def _events(stream: httpx2.Response) -> AsyncIterator[_Event]:
                 yield _decode_event(line)
 
 
-async def _watch_ready(client: httpx2.AsyncClient, path: str, n: int, deadline: float) -> None:
-    """Return once `n` Subscriptions under `path` report Ready=True (list, then watch)."""
+async def _watch_ready(
+    client: httpx2.AsyncClient, path: str, n: int, deadline: float, listed: Callable[[], None]
+) -> None:
+    """Return once `n` Subscriptions under `path` report Ready=True (list, then watch);
+    `listed` is called after the first list."""
     ready: set[str] = set()
     while time.monotonic() < deadline:
         listing = (await client.get(path)).json()
+        listed()
         ready = {
             s["metadata"]["name"]
             for s in listing["items"]
@@ -294,18 +281,60 @@ async def _watch_ready(client: httpx2.AsyncClient, path: str, n: int, deadline: 
     raise RuntimeError(f"only {len(ready)}/{n} Ready before the timeout")
 
 
-async def converge(
-    cp: controlplane.ControlPlane, path: str, bodies: list[dict[str, Any]], args: Any
-) -> tuple[float, float]:
-    """Create everything with a watch waiting for Ready; (create seconds, converge seconds)."""
-    async with _client(cp, 4) as watcher:
+def _cpu_now() -> float:
+    return sum(os.times()[:2])
+
+
+def _watcher(
+    cp: controlplane.ControlPlane, path: str, n: int, timeout: float, pipe: Connection
+) -> None:
+    """The watching process: says when it has listed (with its CPU so far), then when it saw
+    the last Subscription Ready (monotonic clock, the same for every process) and its CPU
+    by then, or the error that stopped it."""
+
+    async def watch() -> None:
+        async with _client(cp, 4) as client:
+            deadline = time.monotonic() + timeout
+            await _watch_ready(client, path, n, deadline, lambda: pipe.send(_cpu_now()))
+
+    try:
+        asyncio.run(watch())
+        pipe.send((time.monotonic(), _cpu_now()))
+    except Exception as exc:  # reported to the parent, which raises it
+        pipe.send(f"watch failed: {exc!r}")
+
+
+def until_ready(
+    cp: controlplane.ControlPlane,
+    path: str,
+    n: int,
+    args: Any,
+    write: Callable[[], Coroutine[Any, Any, float]],
+) -> tuple[float, float, float]:
+    """Run `write` while a watch waits for `n` Subscriptions Ready: (seconds `write` took,
+    seconds until the watch saw the last one Ready, the watch's CPU seconds meanwhile). Both
+    phases stop their clock this way. The watch runs in its own process, so it never waits on
+    the writing client's event loop: a watch that reads slowly holds back the API server's
+    delivery of events, which would slow the very writes it watches."""
+    here, there = multiprocessing.Pipe()
+    proc = multiprocessing.get_context("fork").Process(
+        target=_watcher, args=(cp, path, n, args.timeout, there), daemon=True
+    )
+    proc.start()
+    try:
+        listed = here.recv() if here.poll(60) else "no answer in 60 s"
+        if not isinstance(listed, float):
+            raise RuntimeError(f"the watch did not start: {listed}")
         started = time.monotonic()
-        waiting = asyncio.create_task(
-            _watch_ready(watcher, path, len(bodies), started + args.timeout)
-        )
-        created = await create_all(cp, path, bodies, args.concurrency)
-        await waiting
-        return created, time.monotonic() - started
+        written = asyncio.run(write())
+        seen = here.recv() if here.poll(args.timeout) else "no answer before the timeout"
+        if not isinstance(seen, tuple):
+            raise RuntimeError(f"the watch did not see every Subscription Ready: {seen}")
+        return written, seen[0] - started, seen[1] - listed
+    finally:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
 
 
 def apiserver_requests(cp: controlplane.ControlPlane) -> Counts:
@@ -360,6 +389,16 @@ def wait_gone(cp: controlplane.ControlPlane, path: str, timeout: float = 120) ->
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{path} still lists objects after {timeout:.0f} s")
             time.sleep(0.5)
+
+
+def wait_served(cp: controlplane.ControlPlane, path: str, timeout: float = 60) -> None:
+    """Until the API server lists `path` (a CRD just installed is served a moment later)."""
+    deadline = time.monotonic() + timeout
+    with cp.http() as client:
+        while (status := client.get(path).status_code) != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{path} answers {status} after {timeout:.0f} s")
+            time.sleep(0.2)
 
 
 def wait_offerings_ready(cp: controlplane.ControlPlane, ns: str, timeout: float = 60) -> None:
@@ -435,6 +474,9 @@ class Size:
     families: int
     subscriptions: int
     raw: float
+    """The floor: its writes until the watch saw the last Subscription Ready."""
+    raw_written: float
+    """The floor's writes alone (the watch sees the last one a little later)."""
     created: float
     converged: float
     requests: Counts
@@ -448,28 +490,49 @@ class Size:
         return self.converged / self.raw
 
 
+def warm_up(
+    cp: controlplane.ControlPlane, path: str, bodies: list[dict[str, Any]], args: Any
+) -> float:
+    """The raw create of every body, then their deletion: the same first round on each
+    control plane before its timed phase. Returns the create's seconds (orientation)."""
+    wait_served(cp, path)
+    created = asyncio.run(create_all(cp, path, bodies, args.concurrency))
+    with cp.http(timeout=300) as client:
+        client.delete(path).raise_for_status()  # no finalizers: gone at once
+    wait_gone(cp, path)
+    return created
+
+
 def measure(families: int, args: Any) -> Size:
-    """One size on a fresh control plane: raw create, delete, create with the controller."""
+    """One size: the floor on a fresh control plane, then the controller's run on another.
+
+    Each phase runs second on its control plane, after the same warm-up round (the raw
+    create of the same Subscriptions, then their deletion), and each stops its clock when the
+    same kind of watch has seen the last Subscription Ready, so neither pays for the other's
+    history (etcd and the API server's caches grow with every round on one plane), for a cold
+    API server, or for a watch the other lacks."""
+    ns = "convergence"
+    subs_path = f"{GROUP}/namespaces/{ns}/subscriptions"
+    bodies = subscriptions(ns, families)
+    n = len(bodies)
+
+    # 1. The floor: the very writes the controller must make, by a bare client, nobody
+    # reconciling.
     with controlplane.running(CRDS) as cp:
-        ns = "convergence"
         cp.create_namespace(ns)
-        subs_path = f"{GROUP}/namespaces/{ns}/subscriptions"
-        bodies = subscriptions(ns, families)
-
-        # 1. The raw create (orientation), then the floor: the very writes the controller
-        # must make, by a bare client, nobody reconciling.
+        created_raw = warm_up(cp, subs_path, bodies, args)
         planes = {name: p.pid for name, p in cp._procs}
-        created_raw = asyncio.run(create_all(cp, subs_path, bodies, args.concurrency))
-        with cp.http(timeout=300) as client:
-            client.delete(subs_path).raise_for_status()  # no finalizers yet: gone at once
-        wait_gone(cp, subs_path)
         raw_before = cpu_seconds(planes)
-        raw = asyncio.run(floor_all(cp, ns, bodies, args.concurrency))
+        raw_written, raw, watched = until_ready(
+            cp, subs_path, n, args, lambda: floor_all(cp, ns, bodies, args.concurrency)
+        )
         raw_cpu = {k: v - raw_before[k] for k, v in cpu_seconds(planes).items()}
-        asyncio.run(clear_floor(cp, ns, args.concurrency))
-        wait_gone(cp, subs_path)
+        raw_cpu["watcher"] = watched
 
-        # 2. The controller up, its Offerings ready, then everything at once.
+    # 2. The controller up, its Offerings ready, then everything at once.
+    with controlplane.running(CRDS) as cp:
+        cp.create_namespace(ns)
+        warm_up(cp, subs_path, bodies, args)
         metrics_port = ports.free_port()
         proc = start_controller(cp, ns, args.workers, metrics_port, args.profile)
         try:
@@ -484,7 +547,9 @@ def measure(families: int, args: Any) -> Size:
             before = apiserver_requests(cp)
             rec_before = controller_reconciles(metrics_port)
             cpu_before = cpu_seconds(pids)
-            created, converged = asyncio.run(converge(cp, subs_path, bodies, args))
+            created, converged, watched = until_ready(
+                cp, subs_path, n, args, lambda: create_all(cp, subs_path, bodies, args.concurrency)
+            )
             cpu_after = cpu_seconds(pids)
             after = apiserver_requests(cp)
             rec_after = controller_reconciles(metrics_port)
@@ -493,13 +558,15 @@ def measure(families: int, args: Any) -> Size:
             proc.wait(timeout=30)
     requests = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
     mine = ("POST", "subscriptions", "201")  # the benchmark's own creates
-    requests[mine] = requests.get(mine, 0.0) - len(bodies)
+    requests[mine] = requests.get(mine, 0.0) - n
     reconciles = {k: v - rec_before.get(k, 0.0) for k, v in rec_after.items()}
     cpu = {k: v - cpu_before[k] for k, v in cpu_after.items()}
+    cpu["watcher"] = watched
     return Size(
         families,
-        len(bodies),
+        n,
         raw,
+        raw_written,
         created,
         converged,
         requests,
@@ -514,7 +581,8 @@ def report(size: Size, label: str) -> None:
     n = size.subscriptions
     print(f"{label}: {n:,} Subscriptions in {size.families} families")
     print(f"  raw API create (orientation):     {size.created_raw:8.2f} s")
-    print(f"  floor (the controller's writes):  {size.raw:8.2f} s  ({n / size.raw:6.0f} /s)")
+    print(f"  floor's writes alone:             {size.raw_written:8.2f} s")
+    print(f"  floor -> all Ready (no controller): {size.raw:6.2f} s  ({n / size.raw:6.0f} /s)")
     print(f"  create with controller running:   {size.created:8.2f} s")
     rate = n / size.converged
     print(f"  create -> all Ready (controller): {size.converged:8.2f} s  ({rate:6.0f} /s)")
