@@ -21,9 +21,11 @@ Profile printed with each size: the API server's own request counters (`apiserve
 by verb, resource and code, less the benchmark's own creates) during the converge phase, and
 the controller's reconciles per Subscription (its `controller_runtime_reconcile_total`).
 Growth: sizes ×1, ×2, ×4 of `--families / 4`, each phase of each size on its own control plane.
+The machine's speed drifts by a tenth or more within minutes, so every size runs in three
+interleaved trials and the one with the median ratio is printed whole.
 
-    .venv/bin/python -m benchmarks.convergence                 # 125/250/500 families
-    .venv/bin/python -m benchmarks.convergence --families 40 --scales 1   # a quick look
+    .venv/bin/python -m benchmarks.convergence                 # 125/250/500 families, 3 trials
+    .venv/bin/python -m benchmarks.convergence --families 40 --scales 1 --trials 1  # a look
 """
 
 from __future__ import annotations
@@ -630,20 +632,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--profile", default="", help="write the controller's cProfile here")
+    p.add_argument("--trials", type=int, default=3, help="interleaved trials per size")
     args = p.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",")]
-    sizes: list[Size] = []
+    trials: dict[int, list[Size]] = {scale: [] for scale in scales}
     print(f"load at start: {machine.loadavg()}", flush=True)
-    for scale in scales:
-        families = max(1, args.families * scale // max(scales))
-        load = machine.loadavg()
-        size = measure(families, args)
-        report(size, f"×{scale} (load {load} → {machine.loadavg()})")
-        sys.stdout.flush()
-        sizes.append(size)
+    for trial in range(1, args.trials + 1):
+        for scale in scales:  # every size once per trial, so drift spreads over all sizes
+            families = max(1, args.families * scale // max(scales))
+            load = machine.loadavg()
+            size = measure(families, args)
+            trials[scale].append(size)
+            print(
+                f"trial {trial} ×{scale}: floor {size.raw:.2f} s, all Ready {size.converged:.2f} s,"
+                f" ratio {size.ratio:.2f} (load {load} → {machine.loadavg()})",
+                flush=True,
+            )
+    # The trial with the median ratio (the higher middle one of an even count) stands for its
+    # size, printed whole.
+    sizes = [sorted(trials[scale], key=lambda t: t.ratio)[args.trials // 2] for scale in scales]
+    for scale, size in zip(scales, sizes, strict=True):
+        print()
+        spread = "/".join(f"{t.ratio:.2f}" for t in trials[scale])
+        report(size, f"×{scale}, the median of {args.trials} trials (ratios {spread})")
     last = sizes[-1]
     print(f"\nat {last.subscriptions:,} Subscriptions ({last.families} families):")
-    print(f"  ratio converged/floor:            {last.ratio:8.2f}")
+    print(f"  ratio converged/floor (median):   {last.ratio:8.2f}")
     if len(sizes) > 1:
         first = sizes[0]
         growth = (last.converged / last.subscriptions) / (first.converged / first.subscriptions)
