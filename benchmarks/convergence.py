@@ -315,9 +315,8 @@ def until_ready(
 ) -> tuple[float, float, float]:
     """Run `write` while a watch waits for `n` Subscriptions Ready: (seconds `write` took,
     seconds until the watch saw the last one Ready, the watch's CPU seconds meanwhile). Both
-    phases stop their clock this way. The watch runs in its own process, so it never waits on
-    the writing client's event loop: a watch that reads slowly holds back the API server's
-    delivery of events, which would slow the very writes it watches."""
+    phases stop their clock this way. The watch runs in its own process, so reading its events
+    never takes a turn of the writing client's event loop, whose writes are what is timed."""
     here, there = multiprocessing.Pipe()
     proc = multiprocessing.get_context("fork").Process(
         target=_watcher, args=(cp, path, n, args.timeout, there), daemon=True
