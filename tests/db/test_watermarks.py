@@ -125,6 +125,32 @@ _since = st.one_of(st.none(), st.integers(0, SPAN))
     ],
     since=60,
 )
+# The bound's own hour (59, the closed periods' last) has no fee row: the span starts at the
+# next fee row, found past the key lookup of the bound's hour; the second Subscription's fee
+# rows begin only after the bound.
+@example(
+    subs=[
+        {
+            "first": 40,
+            "length": 40,
+            "missing": {59, 70},
+            "open_from": None,
+            "usage_open": set(),
+            "relabel": None,
+            "no_usage": set(),
+        },
+        {
+            "first": 64,
+            "length": 20,
+            "missing": set(),
+            "open_from": 80,
+            "usage_open": set(),
+            "relabel": None,
+            "no_usage": set(),
+        },
+    ],
+    since=60,
+)
 def test_the_watermarks_equal_the_exact_ones(
     ledger_dsn: str, subs: list[dict[str, Any]], since: int | None
 ) -> None:

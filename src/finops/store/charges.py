@@ -67,10 +67,7 @@ _WATERMARKS = """
                date_trunc('month', l.hi, 'UTC') AS hi_month, b.before, b.tail, a.after
         FROM u
         LEFT JOIN open o ON o.uid = u.uid
-        CROSS JOIN LATERAL (
-            SELECT min(hour) AS lo FROM subscription_charges
-            WHERE cluster = %(cluster)s AND subscription_uid = u.uid
-              AND source = 'subscription' {bound}) f
+        CROSS JOIN LATERAL ({first}) f
         CROSS JOIN LATERAL (
             SELECT CASE WHEN o.first_open IS NOT NULL THEN o.first_open - interval '1 hour'
                    ELSE (SELECT max(hour) FROM subscription_charges
@@ -155,6 +152,26 @@ _WATERMARKS = """
     WHERE w.hour IS NOT NULL
 """
 
+# A Subscription's first fee hour (the span's start). Since a bound, it is nearly always the
+# bound's own hour (the closed periods' last hour, billed by then): one key lookup in that
+# hour's partition. Only when that row is missing is the rest searched, every later partition's
+# index descended once (the plain `min` from the bound descends them all, every time). `OFFSET
+# 0` keeps it one evaluation: pulled up, the expression would be copied into every use of `lo`.
+_FIRST_FEE = """
+    SELECT min(hour) AS lo FROM subscription_charges
+    WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
+"""
+_FIRST_FEE_SINCE = """
+    SELECT coalesce(
+        (SELECT hour FROM subscription_charges
+         WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
+           AND hour = %(since)s - interval '1 hour'),
+        (SELECT min(hour) FROM subscription_charges
+         WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
+           AND hour > %(since)s - interval '1 hour')) AS lo
+    OFFSET 0
+"""
+
 
 def watermarks(
     conn: psycopg.Connection[Any],
@@ -174,8 +191,9 @@ def watermarks(
     correction), so the run resumes in the open periods.
     """
     bound = "AND hour >= %(since)s - interval '1 hour'" if since is not None else ""
+    first = _FIRST_FEE if since is None else _FIRST_FEE_SINCE
     rows = conn.execute(
-        _WATERMARKS.format(bound=bound).encode(),
+        _WATERMARKS.format(bound=bound, first=first).encode(),
         {"cluster": cluster, "uids": list(subscription_uids), "since": since},
     ).fetchall()
     return {str(uid): hour.astimezone(dt.UTC) for uid, hour in rows}
