@@ -151,6 +151,37 @@ _since = st.one_of(st.none(), st.integers(0, SPAN))
     ],
     since=60,
 )
+# The bound is 1 May 00:00 (53), so the span starts in April's last hour, whose rows in the
+# span are that hour alone; the hole is in May. And a bound an hour later (54): the span
+# starts on May's first hour, with no rows of May before it.
+@example(
+    subs=[
+        {
+            "first": 30,
+            "length": 50,
+            "missing": {66},
+            "open_from": 75,
+            "usage_open": set(),
+            "relabel": None,
+            "no_usage": set(),
+        }
+    ],
+    since=53,
+)
+@example(
+    subs=[
+        {
+            "first": 30,
+            "length": 50,
+            "missing": {66},
+            "open_from": None,
+            "usage_open": set(),
+            "relabel": None,
+            "no_usage": set(),
+        }
+    ],
+    since=54,
+)
 def test_the_watermarks_equal_the_exact_ones(
     ledger_dsn: str, subs: list[dict[str, Any]], since: int | None
 ) -> None:
