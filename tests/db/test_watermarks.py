@@ -87,6 +87,16 @@ def _examples(count: int) -> settings:
 
 
 _subs = st.lists(_subscription, min_size=1, max_size=3)
+_HOLE_IN_MAY = {
+    "first": 30,
+    "length": 50,
+    "missing": {66},
+    "open_from": None,
+    "usage_open": set(),
+    "relabel": None,
+    "no_usage": set(),
+}
+"""Fee rows from 30 April 01:00 to 2 May 03:00 UTC (hours 30 to 80), 1 May 13:00 (66) missing."""
 _since = st.one_of(st.none(), st.integers(0, SPAN))
 
 
@@ -154,34 +164,8 @@ _since = st.one_of(st.none(), st.integers(0, SPAN))
 # The bound is 1 May 00:00 (53), so the span starts in April's last hour, whose rows in the
 # span are that hour alone; the hole is in May. And a bound an hour later (54): the span
 # starts on May's first hour, with no rows of May before it.
-@example(
-    subs=[
-        {
-            "first": 30,
-            "length": 50,
-            "missing": {66},
-            "open_from": 75,
-            "usage_open": set(),
-            "relabel": None,
-            "no_usage": set(),
-        }
-    ],
-    since=53,
-)
-@example(
-    subs=[
-        {
-            "first": 30,
-            "length": 50,
-            "missing": {66},
-            "open_from": None,
-            "usage_open": set(),
-            "relabel": None,
-            "no_usage": set(),
-        }
-    ],
-    since=54,
-)
+@example(subs=[{**_HOLE_IN_MAY, "open_from": 75}], since=53)
+@example(subs=[_HOLE_IN_MAY], since=54)
 def test_the_watermarks_equal_the_exact_ones(
     ledger_dsn: str, subs: list[dict[str, Any]], since: int | None
 ) -> None:
