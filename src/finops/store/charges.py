@@ -156,11 +156,12 @@ _WATERMARKS = """
     WHERE w.hour IS NOT NULL
 """
 
-# A Subscription's first fee hour (the span's start). Since a bound, it is nearly always the
-# bound's own hour (the closed periods' last hour, billed by then): one key lookup in that
-# hour's partition. Only when that row is missing is the rest searched, every later partition's
-# index descended once (the plain `min` from the bound descends them all, every time). `OFFSET
-# 0` keeps it one evaluation: pulled up, the expression would be copied into every use of `lo`.
+# A Subscription's first fee hour (the span's start). With a bound it is nearly always the
+# first hour the bound lets in, the last hour of the closed periods (billed by then): one key
+# lookup in that hour's partition. Only when that row is missing are the later hours searched,
+# each later partition's index descended once (a plain `min` from the bound descends them all,
+# every time). `OFFSET 0` keeps it one evaluation: pulled up, the expression would be copied
+# into every use of `lo`.
 _FIRST_FEE = """
     SELECT min(hour) AS lo FROM subscription_charges
     WHERE cluster = %(cluster)s AND subscription_uid = u.uid AND source = 'subscription'
