@@ -38,24 +38,26 @@ UPDATED = tuple(c for c in COLUMNS if c not in _KEY)
 """The columns a replayed charge row may change (everything but its idempotency key)."""
 
 
-# The watermarks without reading every fee row since the bound (that grew with the ledger's history,
-# every hourly run). Per Subscription: its first open hour (the partial index of open rows) and its
-# first fee hour since the bound (a primary-key probe). The span to check ends at the hour before
-# the first open one (no later hour can be the watermark), or without open rows at the last fee hour
-# (one more probe). Then, from the monthly sums, the first month whose fee rows in the span fall
-# short of its hours: rows are unique per hour, so a full count means a fee row in every hour. The
-# first month's rows in the span are counted from its shorter side: the rows before the span, taken
-# off the month's sum, or the rows from the span's start to the month's end (once a period is closed
-# the span starts in the closed month's last hour, and counting that month's rows before it read a
-# month of index entries per Subscription every run). Either side is known without a probe when it
-# is empty, or when it is that last hour alone (hours are whole, and `lo` is a fee row). The last
-# month's rows after the span are counted by a short range probe and taken off. Only from a short
-# month on are the fee rows read, for the exact hole, by key per Subscription (`OFFSET 0` keeps that
-# a probe whatever the planner guesses, never a ledger scan). With no short month and open rows, the
-# span's last hour is the watermark (every row before an open one is final); else it is one backward
-# primary-key probe. Exact as `tests/oracle/watermarks.py`, the statement it replaces. Months are
-# stepped in UTC (`AT TIME ZONE 'UTC'`), not in the session's zone, where a month after 1 March
-# 00:00 UTC can be 28 or 31 March.
+# The watermarks without reading every fee row since the bound (that grew with the ledger's
+# history, every hourly run). Per Subscription: its first open hour (the partial index of open
+# rows) and its first fee hour since the bound (a primary-key probe). The span to check ends at
+# the hour before the first open one (no later hour can be the watermark), or without open rows
+# at the last fee hour (one more probe). Then, from the monthly sums, the first month whose fee
+# rows in the span fall short of its hours: rows are unique per hour, so a full count means a
+# fee row in every hour. The first month's rows in the span are counted from its shorter side:
+# the rows before the span, taken off the month's sum, or the rows from the span's start to the
+# month's end (once a period is closed the span starts in the closed month's last hour, and
+# counting that month's rows before it read a month of index entries per Subscription every
+# run). Either side is known without a probe when it is empty, or when it is that last hour
+# alone (hours are whole, and `lo` is a fee row); a month is longer than two hours, so each of
+# those cases is on its own side. The last month's rows after the span are counted by a short
+# range probe and taken off. Only from a short month on are the fee rows read, for the exact
+# hole, by key per Subscription (`OFFSET 0` keeps that a probe whatever the planner guesses,
+# never a ledger scan). With no short month and open rows, the span's last hour is the watermark
+# (every row before an open one is final); else it is one backward primary-key probe. Exact as
+# `tests/oracle/watermarks.py`, the statement it replaces. Months are stepped in UTC (`AT TIME
+# ZONE 'UTC'`), not in the session's zone, where a month after 1 March 00:00 UTC can be 28 or 31
+# March.
 _WATERMARKS = """
     WITH u AS (SELECT DISTINCT unnest(%(uids)s::text[]) AS uid),
     open AS MATERIALIZED (
@@ -79,19 +81,17 @@ _WATERMARKS = """
                    (date_trunc('month', f.lo AT TIME ZONE 'UTC') + interval '1 month')
                        AT TIME ZONE 'UTC' AS stop) m
         CROSS JOIN LATERAL (
-            SELECT CASE WHEN f.lo - m.start <= m.stop - f.lo THEN
-                       CASE WHEN f.lo = m.start THEN 0 ELSE (
-                           SELECT count(*) FROM subscription_charges
-                           WHERE cluster = %(cluster)s AND subscription_uid = u.uid
-                             AND source = 'subscription' AND hour >= m.start AND hour < f.lo)
-                       END
+            SELECT CASE WHEN f.lo = m.start THEN 0
+                        WHEN f.lo - m.start <= m.stop - f.lo THEN (
+                       SELECT count(*) FROM subscription_charges
+                       WHERE cluster = %(cluster)s AND subscription_uid = u.uid
+                         AND source = 'subscription' AND hour >= m.start AND hour < f.lo)
                    END AS before,
-                   CASE WHEN f.lo - m.start > m.stop - f.lo THEN
-                       CASE WHEN m.stop - f.lo = interval '1 hour' THEN 1 ELSE (
-                           SELECT count(*) FROM subscription_charges
-                           WHERE cluster = %(cluster)s AND subscription_uid = u.uid
-                             AND source = 'subscription' AND hour >= f.lo AND hour < m.stop)
-                       END
+                   CASE WHEN m.stop - f.lo = interval '1 hour' THEN 1
+                        WHEN f.lo - m.start > m.stop - f.lo THEN (
+                       SELECT count(*) FROM subscription_charges
+                       WHERE cluster = %(cluster)s AND subscription_uid = u.uid
+                         AND source = 'subscription' AND hour >= f.lo AND hour < m.stop)
                    END AS tail) b
         CROSS JOIN LATERAL (
             SELECT count(*) AS after FROM subscription_charges
