@@ -188,6 +188,15 @@ def plan(
     return out
 
 
+def changed(
+    records: Mapping[str, TermsRecord], recorded: Mapping[str, TermsRecord]
+) -> dict[str, TermsRecord]:
+    """The new records that differ from those already recorded: in a steady hour nearly all
+    are the same (how far a Subscription is charged moves only when a period closes), and
+    sending 10k unchanged rows to be compared in the database took a tenth of a second."""
+    return {uid: r for uid, r in records.items() if recorded.get(uid) != r}
+
+
 def _changed_hours(
     out: Rechecks,
     subs: Sequence[Charged],

@@ -61,9 +61,11 @@ def settle(
         if through is not None:
             first = store_periods.first_closed(conn, cluster=cluster) or through
             closed = rechecks.Closed(first, through)
-        plan = _plan(conn, cluster, closed, scheduled, billed, inputs)
+        plan, recorded = _plan(conn, cluster, closed, scheduled, billed, inputs)
         booked = _correct(conn, cluster, closed, plan, scheduled, billed, inputs)
-        store_periods.save_terms(conn, cluster=cluster, records=plan.records)
+        store_periods.save_terms(
+            conn, cluster=cluster, records=rechecks.changed(plan.records, recorded)
+        )
         store_periods.forget_changed_hours(conn, cluster=cluster, hours=plan.done_hours)
         work.commit()
     settled = Settled(tuple(closing), booked, len(plan.windows), None)
@@ -80,12 +82,13 @@ def _plan(
     scheduled: dt.datetime,
     billed: Sequence[charge_plan.Billed],
     inputs: charge_plan.Inputs,
-) -> rechecks.Rechecks:
+) -> tuple[rechecks.Rechecks, dict[str, rechecks.TermsRecord]]:
+    """The rechecks, and the terms recorded before them (read in the same transaction)."""
     subs = rechecks.charged(billed, inputs.versions, inputs.windows)
     records = store_periods.terms(conn, cluster=cluster, uids=[s.uid for s in subs])
     hours = store_periods.changed_hours(conn, cluster=cluster)
     final = store_periods.usage_final_before(conn, cluster=cluster)
-    return rechecks.plan(subs, records, closed, scheduled, hours, final)
+    return rechecks.plan(subs, records, closed, scheduled, hours, final), records
 
 
 def _correct(

@@ -94,3 +94,13 @@ def test_closed_hours_are_cut_off_the_charge_windows() -> None:
         "c": (NOW, NOW + H),
     }
     assert rechecks.clip(windows, None) == windows
+
+
+def test_only_records_that_differ_from_the_recorded_ones_are_written_again() -> None:
+    later = rechecks.Closed(CLOSED.first, NOW + 2 * H)
+    plan = rechecks.plan([sub("same"), sub("moved"), sub("new")], {}, later, NOW, [], None)
+    recorded = {"same": plan.records["same"], "moved": record()}
+    changed = rechecks.changed(plan.records, recorded)
+    assert set(changed) == {"moved", "new"}
+    assert changed["moved"].charged_through == NOW + 2 * H
+    assert rechecks.changed(plan.records, plan.records) == {}
