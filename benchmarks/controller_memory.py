@@ -251,9 +251,12 @@ def measure(
     try:
         ctl.settle(cp, subs, offers, timeout)
         time.sleep(3.0)
-        return ctl.memory_kib()
+        memory = ctl.memory_kib()
     finally:
         ctl.stop()
+    # Kept when the controller failed (the error names it), removed once it settled.
+    os.unlink(ctl.log_name)
+    return memory
 
 
 def traced_bytes(raws: list[str], keep: Any) -> float:

@@ -436,6 +436,10 @@ def controller_env(
     }
 
 
+# The controllers' logs, removed when the benchmark exits (one per phase and trial).
+_LOGS = tempfile.TemporaryDirectory(prefix="finops-convergence-logs-")
+
+
 def start_controller(
     cp: controlplane.ControlPlane, ns: str, workers: int, metrics_port: int, profile: str = ""
 ) -> subprocess.Popen[bytes]:
@@ -443,7 +447,9 @@ def start_controller(
     env = controller_env(cp, ns, resync_seconds=600)
     if workers:
         env["FINOPS_WORKERS"] = str(workers)
-    log_fd, log_name = tempfile.mkstemp(prefix="convergence-controller-", suffix=".log")
+    log_fd, log_name = tempfile.mkstemp(
+        prefix="convergence-controller-", suffix=".log", dir=_LOGS.name
+    )
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -468,7 +474,8 @@ def start_controller(
         except httpx2.HTTPError:
             time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"controller did not start; log in {log_name}")
+    tail = pathlib.Path(log_name).read_text(errors="replace")[-4000:]
+    raise RuntimeError(f"controller did not start; the end of its log:\n{tail}")
 
 
 @dataclasses.dataclass

@@ -24,6 +24,10 @@ T = TypeVar("T")
 
 FINOPS = "/apis/finops.stakater.com/v1alpha1"
 
+# Every controller's log goes in one directory per test process, removed when the process
+# exits: a test reads or prints the log while it runs, and a session starts dozens of them.
+_LOGS = tempfile.TemporaryDirectory(prefix="finops-controller-logs-")
+
 
 def wait_for(
     probe: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.2, what: str = ""
@@ -56,7 +60,9 @@ class ControllerProcess:
         self.probe_port = ports.free_port()
         self.metrics_port = ports.free_port()
         self.webhook_port = ports.free_port()
-        self.log_fd, log_name = tempfile.mkstemp(prefix="controller-", suffix=".log")
+        self.log_fd, log_name = tempfile.mkstemp(
+            prefix="controller-", suffix=".log", dir=_LOGS.name
+        )
         self.log_path = pathlib.Path(log_name)
         base = {
             "PATH": os.environ.get("PATH", ""),
