@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import pathlib
 import pwd
+import signal
+import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -91,3 +94,37 @@ def test_missing_binaries_are_reported_with_where_we_looked(
     monkeypatch.setenv("FINOPS_PG_BIN", str(tmp_path))
     with pytest.raises(postgres.PostgresError, match=str(tmp_path)):
         postgres.find_bin_dir()
+
+
+_HOLD_A_CLUSTER = """
+import time
+from finops_devenv import postgres
+with postgres.PostgresCluster() as cluster:
+    print(cluster.dir, cluster._proc.pid, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_process_stopped_by_sigterm_stops_its_server_and_removes_its_directory() -> None:
+    script = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_A_CLUSTER], stdout=subprocess.PIPE, text=True
+    )
+    assert script.stdout is not None
+    where, server = script.stdout.readline().split()
+    assert pathlib.Path(where).is_dir()
+    script.send_signal(signal.SIGTERM)
+    assert script.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not pathlib.Path(where).exists()
+    assert not pathlib.Path(f"/proc/{server}").exists()
+
+
+def test_a_sigterm_handler_of_the_caller_is_kept() -> None:
+    def mine(signum: int, frame: object) -> None:
+        """Stands for a program's own handler."""
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        with postgres.PostgresCluster():
+            assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
